@@ -1,0 +1,17 @@
+"""Token-mixing architectures on one shared backbone.
+
+`ARCHITECTURES` is the one registry: a plain dict from name to config class. A config builds its
+mixer with `config.mixer(seq_len, pattern)`; `Backbone(config, vocab, seq_len, pattern)` builds a
+model.
+"""
+
+from .backbone import ArchConfig, Backbone, Block
+from .mlp_mixer import MLPMixerConfig
+from .transformer import TransformerConfig
+
+ARCHITECTURES: dict[str, type[ArchConfig]] = {
+    "transformer": TransformerConfig,
+    "mlp_mixer": MLPMixerConfig,
+}
+
+__all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block"]

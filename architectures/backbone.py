@@ -1,0 +1,85 @@
+"""The one backbone every architecture shares; only the token mixer changes.
+
+embedding (+ learned absolute positions where the mixer needs them) -> n_layers pre-norm blocks
+of (mixer, optional MLP) -> final norm -> LM head. A mixer maps (B, L, D) -> (B, L, D) causally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ArchConfig:
+    """Fields every architecture has; each architecture's config subclasses this."""
+
+    name: str = ""
+    d_model: int = 64
+    """model width D"""
+    n_layers: int = 2
+    """number of blocks"""
+    mlp_ratio: int = 4
+    """hidden width of each block's MLP as a multiple of D; 0 drops the MLP"""
+    positional: bool = True
+    """add learned absolute position embeddings to the token embeddings"""
+
+    def __post_init__(self) -> None:
+        for field, value in (("d_model", self.d_model), ("n_layers", self.n_layers)):
+            if value < 1:
+                raise ValueError(f"{field}: must be >= 1, got {value}")
+        if self.mlp_ratio < 0:
+            raise ValueError(f"mlp_ratio: must be >= 0, got {self.mlp_ratio}")
+
+    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+        """A new token mixer for inputs up to `seq_len`; `pattern` is the task's (L, L) target."""
+        raise NotImplementedError
+
+
+class Block(nn.Module):
+    """x + mixer(norm(x)), then x + MLP(norm(x)) when the block has one."""
+
+    def __init__(self, d_model: int, mixer: nn.Module, mlp_ratio: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.mixer = mixer
+        self.mlp = None
+        if mlp_ratio:
+            self.mlp = nn.Sequential(
+                nn.LayerNorm(d_model),
+                nn.Linear(d_model, mlp_ratio * d_model),
+                nn.GELU(),
+                nn.Linear(mlp_ratio * d_model, d_model),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.mixer(self.norm(x))
+        if self.mlp is not None:
+            x = x + self.mlp(x)
+        return x
+
+
+class Backbone(nn.Module):
+    """Token ids (B, L) -> next-token logits (B, L, V)."""
+
+    def __init__(self, config: ArchConfig, vocab_size: int, seq_len: int, pattern: torch.Tensor):
+        super().__init__()
+        d = config.d_model
+        self.embed = nn.Embedding(vocab_size, d)
+        self.pos = nn.Parameter(0.02 * torch.randn(seq_len, d)) if config.positional else None
+        self.blocks = nn.ModuleList(
+            Block(d, config.mixer(seq_len, pattern), config.mlp_ratio)
+            for _ in range(config.n_layers)
+        )
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)  # (B, L, D)
+        if self.pos is not None:
+            x = x + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))

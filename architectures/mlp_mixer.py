@@ -1,0 +1,52 @@
+"""Causal MLP-Mixer token mixing: a learned, input-independent (L, L) mixing matrix per group.
+
+Channels are split into `n_heads` groups; group h mixes positions with its own lower-triangular
+matrix W_h, so output p is sum_{q <= p} W_h[p, q] x[q]. The pattern is fixed once learned: fast on
+a fixed positional pattern, unable to choose it per sequence. Non-linearity comes from the block's
+MLP. The matrix is sized for the task's sequence length; position embeddings are not needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .backbone import ArchConfig
+
+
+@dataclass
+class MLPMixerConfig(ArchConfig):
+    name: str = "mlp_mixer"
+    positional: bool = False
+    n_heads: int = 1
+    """channel groups, each with its own token-mixing matrix (must divide d_model)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_heads < 1 or self.d_model % self.n_heads:
+            raise ValueError(
+                f"n_heads: must be >= 1 and divide d_model ({self.d_model}), got {self.n_heads}"
+            )
+
+    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+        return CausalTokenMixing(self.d_model, self.n_heads, seq_len)
+
+
+class CausalTokenMixing(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, seq_len: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.weight = nn.Parameter(torch.randn(n_heads, seq_len, seq_len) / math.sqrt(seq_len))
+        self.bias = nn.Parameter(torch.zeros(n_heads, seq_len, 1))
+        self.register_buffer("mask", torch.ones(seq_len, seq_len).tril(), persistent=False)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        w = (self.weight[:, :L, :L] * self.mask[:L, :L])  # (H, L, L), zero above the diagonal
+        xh = x.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2)  # (B, H, L, D/H)
+        y = w @ xh + self.bias[:, :L]  # (B, H, L, D/H)
+        return self.proj(y.transpose(1, 2).reshape(B, L, D))

@@ -1,0 +1,69 @@
+"""Causal softmax attention with the head size decoupled from the model width.
+
+`n_heads` x `head_dim` need not equal `d_model`, so 128 heads of size 1 are a valid config.
+`attention_bias` = c adds c x (the task's ground-truth pattern) to the attention logits: the
+intervention that hands the model the sparse pattern. Set `record_attention` on a mixer to keep
+its attention probabilities (B, H, L, L) of the last forward in `last_attention`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .backbone import ArchConfig
+
+
+@dataclass
+class TransformerConfig(ArchConfig):
+    name: str = "transformer"
+    n_heads: int = 4
+    """attention heads H"""
+    head_dim: int = 16
+    """size of each head's queries, keys and values (independent of d_model)"""
+    attention_bias: float = 0.0
+    """c: add c x the ground-truth pattern to the attention logits (0 = no intervention)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for field, value in (("n_heads", self.n_heads), ("head_dim", self.head_dim)):
+            if value < 1:
+                raise ValueError(f"{field}: must be >= 1, got {value}")
+
+    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+        return CausalSelfAttention(
+            self.d_model, self.n_heads, self.head_dim, seq_len, self.attention_bias * pattern
+        )
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, seq_len: int, bias: torch.Tensor):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, head_dim
+        self.qkv = nn.Linear(d_model, 3 * n_heads * head_dim, bias=False)
+        self.out = nn.Linear(n_heads * head_dim, d_model, bias=False)
+        causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+        logits_bias = bias.float().masked_fill(~causal, float("-inf"))  # (L, L)
+        self.register_buffer("logits_bias", logits_bias, persistent=False)
+        self.plain_causal = not bool(bias.any())
+        self.record_attention = False
+        self.last_attention: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        H, Dh = self.n_heads, self.head_dim
+        q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)  # each (B, H, L, Dh)
+        bias = self.logits_bias[:L, :L].to(q.dtype)
+        if self.record_attention:
+            scores = (q @ k.transpose(-1, -2)) * Dh**-0.5 + bias  # (B, H, L, L)
+            probs = scores.softmax(dim=-1)
+            self.last_attention = probs.detach()
+            y = probs @ v
+        elif self.plain_causal:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return self.out(y.transpose(1, 2).reshape(B, L, H * Dh))  # (B, L, D)

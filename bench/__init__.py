@@ -1,0 +1,1 @@
+"""emergence-bench: runner, CLI, results and statistics."""

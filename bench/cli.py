@@ -1,0 +1,142 @@
+"""`bench`: each subcommand is one function; its signature is its schema.
+
+Bad input exits with code 2 and one line on stderr naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .config import ConfigError, load_run_config, load_task_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="emergence-bench: when do token mixers learn sparse mixing patterns?")
+
+Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides, key=value")]
+
+
+@app.command()
+def run(
+    overrides: Overrides = None,
+    out: Annotated[Path | None, typer.Option(help="run directory [runs/<job id>]")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="print result.json to stdout")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Train one job, e.g. `bench run task.state_size=8 arch.name=transformer seed=3`."""
+    cfg = load_run_config(overrides or [])
+    from .run import train
+
+    run_dir = out or Path("runs") / cfg.job_id()
+    result = train(cfg, run_dir, progress=progress and not json_)
+    if json_:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        step = result["steps_to_emergence"]
+        print(f"{result['status']}" + (f" at step {step}" if step is not None else "")
+              + f" ({result['steps']} steps, {result['wall_time_s']:.1f}s); "
+              + f"results in {run_dir}/result.json")
+
+
+@app.command()
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="sweep spec (YAML)")],
+    out: Annotated[Path | None, typer.Option(help="output directory [next to SPEC, no .yaml]")]
+    = None,
+) -> None:
+    """Run every seed of every architecture in SPEC (skipping finished jobs), then the table."""
+    from .sweep import load_spec, run_sweep
+
+    parsed = load_spec(spec)
+    out = out or spec.with_suffix("")
+    results = run_sweep(parsed, out)
+    _render(out, parsed.name, results)
+
+
+@app.command()
+def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output directory")]):
+    """Re-render leaderboard.md, leaderboard.csv and emergence.png from stored results."""
+    from .sweep import read_results
+
+    results = read_results(directory)
+    if not results:
+        raise ConfigError(f"{directory}: no finished runs under {directory}/runs/")
+    spec = directory / "spec.json"
+    title = json.loads(spec.read_text())["name"] if spec.exists() else directory.name
+    _render(directory, title, results)
+
+
+def _render(out: Path, title: str, results: list[dict]) -> None:
+    from .leaderboard import write_leaderboard
+
+    write_leaderboard(out, title, results)
+    print((out / "leaderboard.md").read_text())
+
+
+@app.command()
+def task(
+    name: Annotated[str, typer.Argument(help="task name (linear_map, cellular_automaton)")],
+    overrides: Overrides = None,
+    samples: Annotated[int, typer.Option(min=1, help="sequences to draw")] = 2,
+    seed: Annotated[int, typer.Option(help="seed of the drawn sequences")] = 0,
+    json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
+) -> None:
+    """Show N sequences of a task and its hidden rule, e.g. `bench task linear_map sparsity=3`."""
+    import torch
+
+    from datamodules import build_task
+    from datamodules.base import make_generator
+
+    config = load_task_config([f"name={name}", *(overrides or [])])
+    t = build_task(config)
+    tokens, hidden = t.inspect(samples, make_generator(seed, 2, 0, torch.device("cpu")))
+    if json_:
+        print(json.dumps({
+            "task": name, "config": vars(config), "tokens": tokens.tolist(),
+            "loss_mask": t.loss_mask().long().tolist(),
+            "attention_target": t.attention_target().tolist(), **hidden,
+        }))
+        return
+    print(f"{name}: {t.config.n_states} states of {t.state_size} tokens, vocab {t.vocab_size}")
+    for i, seq in enumerate(tokens.view(samples, config.n_states, t.state_size).tolist()):
+        rule = f" (rule {hidden['rule_index'][i]})" if "rule_index" in hidden else ""
+        print(f"\nsample {i}{rule}")
+        for step, state in enumerate(seq):
+            print(f"  x{step:<3} " + " ".join(map(str, state)))
+    print()
+    if "matrix" in hidden:
+        print("A (row i lists which tokens of x_t give x_{t+1}[i]):")
+        for row in hidden["matrix"]:
+            print("  " + " ".join(map(str, row)))
+    else:
+        width = 2 * config.radius + 1
+        for r, table in enumerate(hidden["rules"]):
+            if len(table) > 81:
+                print(f"rule {r}: {len(table)} entries (see --json)")
+                continue
+            entries = [f"{_digits(w, config.n_colors, width)}->{c}" for w, c in enumerate(table)]
+            print(f"rule {r}: " + " ".join(entries))
+
+
+def _digits(index: int, base: int, width: int) -> str:
+    out = []
+    for _ in range(width):
+        index, d = divmod(index, base)
+        out.append(str(d))
+    return "".join(reversed(out))
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Leaderboards: group finished jobs by (task, architecture) config and summarise their seeds.
+
+Rows are built from the emergence records in each `result.json`; nothing is re-derived from the
+curves. Written as `leaderboard.md`, `leaderboard.csv` and `emergence.png` (fraction of seeds
+emerged vs step, one curve per row).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import statistics
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from architectures import ARCHITECTURES
+from datamodules import TASKS
+
+from .stats import SurvivalSummary, kaplan_meier
+
+COLUMNS = [
+    "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
+    "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "params",
+    "steps_per_s", "config",
+]
+
+
+def label(section: dict[str, Any], registry: dict[str, Any]) -> str:
+    """`name(field=value, ...)` listing only the fields that differ from the defaults."""
+    entry = registry.get(section["name"])
+    schema = entry[0] if isinstance(entry, tuple) else entry
+    defaults = {f.name: f.default for f in fields(schema)} if schema else {}
+    changed = [f"{k}={v}" for k, v in section.items() if k != "name" and defaults.get(k) != v]
+    return f"{section['name']}({', '.join(changed)})" if changed else section["name"]
+
+
+def group_key(result: dict[str, Any]) -> str:
+    config = {k: v for k, v in result["config"].items() if k != "seed"}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
+    """One (row, KM summary) per configuration, in order of first appearance."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(group_key(r), []).append(r)
+    rows = []
+    for key, runs in groups.items():
+        config = runs[0]["config"]
+        times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
+                 for r in runs]
+        km = kaplan_meier(times, [r["status"] == "emerged" for r in runs])
+        widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
+        rows.append(({
+            "task": label(config["task"], TASKS),
+            "architecture": label(config["arch"], ARCHITECTURES),
+            "seeds": len(runs),
+            "emerged": km.events,
+            "diverged": sum(r["status"] == "diverged" for r in runs),
+            "solve_rate": km.events / len(runs),
+            "median_steps": km.median,
+            "median_ci_low": km.ci_low,
+            "median_ci_high": km.ci_high,
+            "q1_steps": km.q1,
+            "q3_steps": km.q3,
+            "median_width": statistics.median(widths) if widths else math.nan,
+            "params": runs[0]["n_params"],
+            "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
+            "config": key,
+            "budget": max(r["budget_steps"] for r in runs),
+        }, km))
+    return rows
+
+
+def _steps(x: float) -> str:
+    if math.isnan(x):
+        return "-"
+    return "never" if math.isinf(x) else f"{x:.0f}"
+
+
+def to_markdown(title: str, rows: list[dict[str, Any]]) -> str:
+    header = ["task", "architecture", "solved", "median steps [95% CI]", "quartiles",
+              "width", "params", "steps/s", "config"]
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |",
+             "|" + "---|" * len(header)]
+    for r in rows:
+        ci = f"[{_steps(r['median_ci_low'])}, {_steps(r['median_ci_high'])}]"
+        cells = [
+            r["task"], f"`{r['architecture']}`",
+            f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
+            f"{_steps(r['median_steps'])} {ci}",
+            f"{_steps(r['q1_steps'])}-{_steps(r['q3_steps'])}",
+            _steps(r["median_width"]), f"{r['params']:,}", f"{r['steps_per_s']:.1f}",
+            f"`{r['config']}`",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never "
+              "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
+              "seeds emerged). Width: median steps from the end of the plateau to the rise.",
+              "", "![emergence curves](emergence.png)", ""]
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot(path: Path, title: str, summaries: list[tuple[dict[str, Any], SurvivalSummary]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    tasks = {row["task"] for row, _ in summaries}
+    for row, km in summaries:
+        name = row["architecture"] if len(tasks) == 1 else f"{row['task']} / {row['architecture']}"
+        steps = list(km.steps) + [row["budget"]]
+        frac = list(km.emerged) + [km.emerged[-1]]
+        ax.step(steps, frac, where="post", label=f"{name} (n={row['seeds']})")
+    ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
+           title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]]) -> list[dict]:
+    """Write the table (md, csv) and plot for `results` into `out`; return the rows."""
+    summaries = summarise(results)
+    rows = [row for row, _ in summaries]
+    (out / "leaderboard.md").write_text(to_markdown(title, rows))
+    write_csv(out / "leaderboard.csv", rows)
+    plot(out / "emergence.png", title, summaries)
+    return rows

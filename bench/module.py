@@ -1,0 +1,79 @@
+"""The LightningModule: backbone + task, next-token cross-entropy on the scored positions.
+
+Held-out metrics are torchmetrics: loss, token accuracy and exact-state accuracy (every token of a
+state right). For attention mixers it also logs the attention mass each scored position puts on
+its ground-truth parents (max over heads, per layer and overall).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
+
+from architectures import ArchConfig, Backbone
+from datamodules import Batch, StateSequenceTask
+
+from .config import TrainConfig
+
+
+class EmergenceModule(L.LightningModule):
+    def __init__(self, arch: ArchConfig, train: TrainConfig, task: StateSequenceTask):
+        super().__init__()
+        self.train_config = train
+        self.vocab_size, self.state_size = task.vocab_size, task.state_size
+        pattern = task.attention_target().float()  # (L, L)
+        self.model = Backbone(arch, task.vocab_size, task.seq_len, pattern)
+        scored = task.loss_mask().nonzero().squeeze(1)  # (P,) scored positions, in states of S
+        self.register_buffer("scored", scored, persistent=False)
+        self.register_buffer("pattern", pattern[scored], persistent=False)  # (P, L)
+        self.val_loss = MeanMetric()
+        self.val_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
+        self.val_exact_acc = MulticlassExactMatch(task.vocab_size)
+        self.attention = [m for m in self.model.modules() if hasattr(m, "record_attention")]
+
+    def scored_logits(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, P, V) and targets (B, P) at the scored positions."""
+        logits = self.model(batch.inputs)
+        return logits.index_select(1, self.scored), batch.targets.index_select(1, self.scored)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        logits, targets = self.scored_logits(batch)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        for m in self.attention:
+            m.record_attention = True
+        logits, targets = self.scored_logits(batch)
+        for m in self.attention:
+            m.record_attention = False
+        B = targets.shape[0]
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        preds = logits.argmax(-1)
+        self.val_loss.update(loss)
+        self.val_token_acc.update(preds.flatten(), targets.flatten())
+        states = (B * targets.shape[1] // self.state_size, self.state_size)  # (B*(T-1), S)
+        self.val_exact_acc.update(preds.reshape(states), targets.reshape(states))
+        metrics = {"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
+                   "val/exact_acc": self.val_exact_acc}
+        if self.attention:
+            mass = torch.stack([self.parent_mass(m.last_attention) for m in self.attention])
+            metrics["val/parent_mass"] = mass.max()
+            metrics.update({f"val/parent_mass_l{i}": v for i, v in enumerate(mass)})
+        self.log_dict(metrics, batch_size=B)
+
+    def parent_mass(self, probs: torch.Tensor) -> torch.Tensor:
+        """Attention probs (B, H, L, L) -> max over heads of the mean mass on the parents."""
+        rows = probs.index_select(2, self.scored)  # (B, H, P, L)
+        return (rows * self.pattern).sum(-1).mean(dim=(0, 2)).max()
+
+    def configure_optimizers(self):
+        c = self.train_config
+        opt = torch.optim.AdamW(self.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        warmup = max(c.warmup_steps, 1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,139 @@
+"""Train one job with a real Lightning Trainer and write its directory.
+
+The directory holds `metrics.csv` (CSVLogger) and, once the run is over, `result.json`, written
+atomically: a directory without `result.json` is an unfinished run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import time
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.loggers import CSVLogger
+
+from datamodules import build_task
+
+from .config import ConfigError, RunConfig
+from .emergence import EmergenceCallback
+from .module import EmergenceModule
+
+PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy")
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def quiet_lightning() -> None:
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*IterableDataset.*__len__.*")
+    warnings.filterwarnings("ignore", message=".*Trying to infer the `batch_size`.*")
+
+
+def chance_and_solved(metric: str, vocab_size: int) -> tuple[float, float]:
+    if metric == "val/loss":
+        return math.log(vocab_size), 0.0
+    if metric == "val/token_acc":
+        return 1.0 / vocab_size, 1.0
+    return 0.0, 1.0  # exact-state accuracy: chance is V^-S, indistinguishable from 0
+
+
+def build_trainer(cfg: RunConfig, run_dir: Path, callback: EmergenceCallback, progress: bool):
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "enable_progress_bar": progress,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": cfg.train.eval_every,
+        **cfg.trainer,
+    }
+    try:
+        return L.Trainer(
+            max_steps=cfg.train.max_steps,
+            val_check_interval=cfg.train.eval_every,
+            check_val_every_n_epoch=None,
+            gradient_clip_val=cfg.train.grad_clip or None,
+            logger=CSVLogger(run_dir, name="", version=""),
+            callbacks=[callback],
+            default_root_dir=run_dir,
+            **options,
+        )
+    except Exception as e:  # Lightning rejects e.g. an accelerator this machine lacks
+        raise ConfigError(f"trainer: {str(e).splitlines()[0]}") from None
+
+
+def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any]:
+    """Train `cfg`, write `run_dir/result.json` and return it."""
+    quiet_lightning()
+    run_dir = Path(run_dir)
+    L.seed_everything(cfg.seed, verbose=False)
+    task = build_task(
+        cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size, seed=cfg.seed
+    )
+    module = EmergenceModule(cfg.arch, cfg.train, task)
+    chance, solved = chance_and_solved(cfg.emergence.metric, task.vocab_size)
+    callback = EmergenceCallback(cfg.emergence, chance, solved)
+    trainer = build_trainer(cfg, run_dir, callback, progress)
+
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=task)
+    wall = time.perf_counter() - start
+
+    tracker = callback.tracker
+    steps = trainer.global_step
+    tracker.finish(cfg.train.max_steps)
+    emerged = tracker.status == "emerged"
+    tokens_per_step = cfg.train.batch_size * task.n_tokens
+    result = {
+        "job_id": cfg.job_id(),
+        "status": tracker.status,
+        "steps_to_emergence": tracker.step if emerged else None,
+        "tokens_to_emergence": tracker.step * tokens_per_step if emerged else None,
+        "wall_time_to_emergence_s": tracker.wall_time_s if emerged else None,
+        "transition_width": tracker.transition_width(),
+        "steps": steps,
+        "budget_steps": cfg.train.max_steps,
+        "final_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+        "curve": tracker.history,
+        "wall_time_s": wall,
+        "steps_per_s": steps / wall if wall > 0 else None,
+        "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,
+        "n_params": sum(p.numel() for p in module.model.parameters()),
+        "config": cfg.to_dict(),
+        "versions": versions(),
+    }
+    if trainer.is_global_zero:
+        write_json_atomic(run_dir / "result.json", result)
+    return result
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    os.replace(tmp, path)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return str(x)

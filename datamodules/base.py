@@ -1,0 +1,151 @@
+"""What every task shares: a sequence of T states of S tokens, scored from the second state on.
+
+A task is a pure batch generator plus a `LightningDataModule` that adds seeds, devices and the
+Lightning hooks. Batches are drawn on the training device from (data seed, rank, step), so nothing
+is read from disk and no worker processes are needed. The evaluation set is one fixed batch drawn
+from a seed stream disjoint from training.
+
+Positions are those of the model input: a sequence of n = S*T tokens gives L = n - 1 input
+positions, and the output at position p predicts token p + 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import lightning as L
+import numpy as np
+import torch
+
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+
+
+@dataclass
+class TaskConfig:
+    """Fields every task has; each task's config subclasses this."""
+
+    name: str = ""
+    n_states: int = 4
+    """number of states T in a sequence (>= 2; the first is random and never scored)"""
+    task_seed: int = 0
+    """seed that draws the hidden rule (matrix or rule pool), fixed for the task"""
+    random_targets: bool = False
+    """leak control: replace every scored token by a uniform random one (nothing to learn)"""
+
+    def __post_init__(self) -> None:
+        if self.n_states < 2:
+            raise ValueError(f"n_states: must be >= 2, got {self.n_states}")
+
+
+class Batch(NamedTuple):
+    inputs: torch.Tensor  # (B, L) long
+    targets: torch.Tensor  # (B, L) long, targets[:, p] = token p + 1
+
+
+def split_tokens(tokens: torch.Tensor) -> Batch:
+    """(B, n) token sequences -> next-token inputs and targets, each (B, n - 1)."""
+    return Batch(tokens[:, :-1], tokens[:, 1:])
+
+
+def make_generator(seed: int, stream: int, index: int, device: torch.device) -> torch.Generator:
+    """A torch generator on `device` whose stream depends on all three numbers, none overlapping."""
+    state = np.random.SeedSequence([seed, stream, index]).generate_state(1, np.uint64)[0]
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(state) & ((1 << 63) - 1))
+    return gen
+
+
+class StateSequenceTask(L.LightningDataModule):
+    """Base DataModule for tasks whose sequences are T states of `state_size` tokens."""
+
+    def __init__(
+        self, config: TaskConfig, batch_size: int = 64, eval_size: int = 512, seed: int = 0
+    ):
+        super().__init__()
+        self.config = config
+        self.batch_size = batch_size
+        self.eval_size = eval_size
+        self.seed = seed
+        self._eval: Batch | None = None
+
+    # --- what a concrete task defines -------------------------------------------------------
+    state_size: int
+    vocab_size: int
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """(batch_size, S*T) long tokens on the generator's device."""
+        raise NotImplementedError
+
+    def parents(self) -> torch.Tensor:
+        """(S, S) 0/1: [i, j] = 1 when token i of a state reads token j of the state before."""
+        raise NotImplementedError
+
+    def hidden(self) -> dict[str, Any]:
+        """The hidden parameters, JSON-ready, for `bench task --json`."""
+        raise NotImplementedError
+
+    def inspect(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
+        """`n` sequences (n, S*T) and the hidden parameters that made them."""
+        return self.draw(n, generator), self.hidden()
+
+    # --- shared ----------------------------------------------------------------------------
+    @property
+    def n_tokens(self) -> int:
+        return self.state_size * self.config.n_states
+
+    @property
+    def seq_len(self) -> int:
+        """Model input length L."""
+        return self.n_tokens - 1
+
+    def loss_mask(self) -> torch.Tensor:
+        """(L,) bool: the outputs that are scored (those predicting a token of x_1 .. x_{T-1})."""
+        return torch.arange(self.seq_len) >= self.state_size - 1
+
+    def attention_target(self) -> torch.Tensor:
+        """(L, L) 0/1 over input positions: row p (predicting token p+1) must read the columns set.
+
+        Token p + 1 = x_{t+1}[i] reads x_t[j] at position t*S + j for every parent j of i.
+        Rows of unscored positions are zero.
+        """
+        S, T = self.state_size, self.config.n_states
+        par = self.parents()
+        target = torch.zeros(self.n_tokens, self.n_tokens, dtype=torch.long)  # (token, token)
+        for t in range(T - 1):
+            target[(t + 1) * S : (t + 2) * S, t * S : (t + 1) * S] = par
+        return target[1:, :-1].contiguous()  # row p = token p + 1, column q = input position q
+
+    def draw(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        tokens = self.sample(batch_size, generator)
+        if self.config.random_targets:
+            noise = torch.randint(
+                self.vocab_size, tokens.shape, generator=generator, device=tokens.device
+            )
+            tokens[:, self.state_size :] = noise[:, self.state_size :]
+        return tokens
+
+    def train_batch(self, step: int, device: torch.device, rank: int = 0) -> Batch:
+        gen = make_generator(self.seed, TRAIN_STREAM, step * 65536 + rank, device)
+        return split_tokens(self.draw(self.batch_size, gen))
+
+    def eval_batch(self, device: torch.device) -> Batch:
+        """The fixed held-out set (same for every seed), cached on `device`."""
+        if self._eval is None or self._eval.inputs.device != device:
+            gen = make_generator(self.config.task_seed, EVAL_STREAM, 0, device)
+            self._eval = split_tokens(self.draw(self.eval_size, gen))
+        return self._eval
+
+    # --- Lightning hooks: the loaders yield step indices; batches are made on the device ------
+    def train_dataloader(self):
+        return itertools.count()
+
+    def val_dataloader(self):
+        return [0]
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Batch:
+        device = self.trainer.strategy.root_device
+        if self.trainer.training:
+            return self.train_batch(int(batch), device, self.trainer.global_rank)
+        return self.eval_batch(device)

@@ -1,0 +1,128 @@
+"""Cellular automata on a ring: each state is the previous one after k applications of a rule.
+
+A rule is a lookup table from the K^(2r+1) window contents to a colour. The pool of N rules is
+fixed by the task seed; every sequence uses one rule drawn from the pool, so for N > 1 the model
+must infer the active rule from the context. Token x_{t+1}[i] reads x_t[i-kr .. i+kr] (mod S).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .base import StateSequenceTask, TaskConfig
+
+
+@dataclass
+class CellularAutomatonConfig(TaskConfig):
+    name: str = "cellular_automaton"
+    n_cells: int = 8
+    """cells on the ring S (one token each)"""
+    n_colors: int = 4
+    """colours K (>= 2); chance loss is ln K"""
+    radius: int = 1
+    """neighbourhood radius r: a rule reads a window of 2r+1 cells"""
+    rule_applications: int = 1
+    """k: the rule is applied k times between consecutive states"""
+    n_rules: int = 1
+    """rules in the pool N; each sequence uses one drawn uniformly"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_colors < 2:
+            raise ValueError(f"n_colors: must be >= 2, got {self.n_colors}")
+        if self.radius < 0:
+            raise ValueError(f"radius: must be >= 0, got {self.radius}")
+        if self.rule_applications < 1:
+            raise ValueError(f"rule_applications: must be >= 1, got {self.rule_applications}")
+        if self.n_rules < 1:
+            raise ValueError(f"n_rules: must be >= 1, got {self.n_rules}")
+        reach = 2 * self.radius * self.rule_applications + 1
+        if reach > self.n_cells:
+            raise ValueError(
+                f"n_cells: must be >= 2*radius*rule_applications+1 = {reach} "
+                f"(the window may not wrap the ring), got {self.n_cells}"
+            )
+        if self.n_colors ** (2 * self.radius + 1) > 2**22:
+            raise ValueError(
+                f"radius: the rule table n_colors^(2*radius+1) must have at most 2^22 entries, "
+                f"got {self.n_colors}^{2 * self.radius + 1}"
+            )
+
+
+def draw_rules(n_rules: int, n_colors: int, radius: int, seed: int) -> torch.Tensor:
+    """(N, K^(2r+1)) long: each row a lookup table, drawn uniformly."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(n_colors, (n_rules, n_colors ** (2 * radius + 1)), generator=gen)
+
+
+def apply_rule(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int) -> torch.Tensor:
+    """One step for a batch: x (B, S), tables (B, K^(2r+1)), one table per sequence.
+
+    The window of cell i is read as a base-K number with the leftmost cell (i - r) most
+    significant. With K = 2, r = 1 and window (1, 0, 1) the entry read is tables[:, 5].
+    """
+    index = torch.zeros_like(x)
+    for offset in range(-radius, radius + 1):
+        index = index * n_colors + torch.roll(x, shifts=-offset, dims=1)  # x[:, i + offset]
+    return torch.gather(tables, 1, index)
+
+
+def cellular_automaton_batch(
+    rules: torch.Tensor,
+    n_states: int,
+    batch: int,
+    n_colors: int,
+    n_cells: int,
+    radius: int,
+    rule_applications: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw `batch` sequences -> (tokens (batch, S*T), rule index (batch,))."""
+    device = generator.device
+    rules = rules.to(device)
+    rule_index = torch.randint(len(rules), (batch,), generator=generator, device=device)
+    tables = rules[rule_index]  # (B, K^(2r+1))
+    x = torch.randint(n_colors, (batch, n_cells), generator=generator, device=device)
+    states = [x]
+    for _ in range(n_states - 1):
+        for _ in range(rule_applications):
+            x = apply_rule(x, tables, n_colors, radius)
+        states.append(x)
+    return torch.cat(states, dim=1), rule_index
+
+
+class CellularAutomaton(StateSequenceTask):
+    config: CellularAutomatonConfig
+
+    def __init__(self, config: CellularAutomatonConfig, **kwargs: Any):
+        super().__init__(config, **kwargs)
+        self.rules = draw_rules(config.n_rules, config.n_colors, config.radius, config.task_seed)
+        self.state_size = config.n_cells
+        self.vocab_size = config.n_colors
+
+    def sample_with_rules(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self.config
+        return cellular_automaton_batch(
+            self.rules, c.n_states, batch_size, c.n_colors, c.n_cells, c.radius,
+            c.rule_applications, generator,
+        )
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        return self.sample_with_rules(batch_size, generator)[0]
+
+    def parents(self) -> torch.Tensor:
+        S, reach = self.config.n_cells, self.config.radius * self.config.rule_applications
+        offset = (torch.arange(S)[None, :] - torch.arange(S)[:, None]) % S  # (j - i) mod S
+        return ((offset <= reach) | (offset >= S - reach)).long()
+
+    def hidden(self) -> dict[str, Any]:
+        return {"rules": self.rules.tolist()}
+
+    def inspect(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
+        tokens, rule_index = self.sample_with_rules(n, generator)
+        return tokens, {**self.hidden(), "rule_index": rule_index.tolist()}
