@@ -21,6 +21,8 @@ from datamodules import TASKS
 
 from .stats import SurvivalSummary, kaplan_meier
 
+# The task fields every leaderboard row shows, default or not.
+TASK_FIELDS = ("state_size", "sparsity", "n_cells", "n_colors", "n_rules", "n_states")
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
     "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "params",
@@ -28,13 +30,15 @@ COLUMNS = [
 ]
 
 
-def label(section: dict[str, Any], registry: dict[str, Any]) -> str:
-    """`name(field=value, ...)` listing only the fields that differ from the defaults."""
+def label(section: dict[str, Any], registry: dict[str, Any], always: tuple[str, ...] = ()) -> str:
+    """`name(field=value, ...)`: the fields in `always`, then those that differ from defaults."""
     entry = registry.get(section["name"])
     schema = entry[0] if isinstance(entry, tuple) else entry
     defaults = {f.name: f.default for f in fields(schema)} if schema else {}
-    changed = [f"{k}={v}" for k, v in section.items() if k != "name" and defaults.get(k) != v]
-    return f"{section['name']}({', '.join(changed)})" if changed else section["name"]
+    keys = [k for k in always if k in section]
+    keys += [k for k in section if k not in keys and k != "name" and defaults.get(k) != section[k]]
+    shown = ", ".join(f"{k}={section[k]}" for k in keys)
+    return f"{section['name']}({shown})" if shown else section["name"]
 
 
 def group_key(result: dict[str, Any]) -> str:
@@ -43,7 +47,7 @@ def group_key(result: dict[str, Any]) -> str:
 
 
 def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
-    """One (row, KM summary) per configuration, in order of first appearance."""
+    """One (row, KM summary) per configuration, ranked."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault(group_key(r), []).append(r)
@@ -55,7 +59,7 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
         km = kaplan_meier(times, [r["status"] == "emerged" for r in runs])
         widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
         rows.append(({
-            "task": label(config["task"], TASKS),
+            "task": label(config["task"], TASKS, TASK_FIELDS),
             "architecture": label(config["arch"], ARCHITECTURES),
             "seeds": len(runs),
             "emerged": km.events,
@@ -72,7 +76,8 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "config": key,
             "budget": max(r["budget_steps"] for r in runs),
         }, km))
-    return rows
+    # ranked: within a task, higher solve rate first, then lower median steps
+    return sorted(rows, key=lambda rk: (rk[0]["task"], -rk[0]["solve_rate"], rk[0]["median_steps"]))
 
 
 def _steps(x: float) -> str:

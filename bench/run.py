@@ -45,6 +45,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*IterableDataset.*__len__.*")
     warnings.filterwarnings("ignore", message=".*Trying to infer the `batch_size`.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
 
 
 def chance_and_solved(metric: str, vocab_size: int) -> tuple[float, float]:

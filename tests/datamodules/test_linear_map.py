@@ -1,0 +1,114 @@
+import math
+
+import torch
+
+from datamodules.linear_map import LinearMap, LinearMapConfig, draw_matrix, linear_map_batch
+
+CPU = torch.device("cpu")
+
+
+def recompute(matrix: list[list[int]], x0: list[int], n_states: int, modulus: int) -> list[int]:
+    """Independent, loop-by-loop recomputation of one sequence."""
+    states, x = [list(x0)], list(x0)
+    for _ in range(n_states - 1):
+        x = [sum(a * b for a, b in zip(row, x)) % modulus for row in matrix]
+        states.append(x)
+    return [tok for state in states for tok in state]
+
+
+def test_matrix_has_exactly_s_ones_per_row_and_is_fixed_by_task_seed():
+    a = draw_matrix(9, 4, seed=3)
+    assert a.shape == (9, 9)
+    assert set(a.unique().tolist()) == {0, 1}
+    assert (a.sum(1) == 4).all()
+    assert torch.equal(a, draw_matrix(9, 4, seed=3))
+    assert not torch.equal(a, draw_matrix(9, 4, seed=4))
+
+
+def test_generator_obeys_the_rule():
+    for modulus in (2, 3):
+        task = LinearMap(LinearMapConfig(state_size=7, sparsity=3, n_states=5, modulus=modulus))
+        gen = torch.Generator().manual_seed(0)
+        tokens = task.sample(32, gen)
+        assert tokens.shape == (32, 35)
+        assert tokens.min() >= 0 and tokens.max() < modulus
+        m = task.matrix.tolist()
+        for seq in tokens.tolist():
+            assert seq == recompute(m, seq[:7], 5, modulus)
+
+
+def test_worked_example_from_the_docstring():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.tensor([[0, 1], [1, 1]])
+    tokens = linear_map_batch(a, 3, 64, 2, gen)
+    row = next(r for r in tokens.tolist() if r[:2] == [1, 0])
+    assert row == [1, 0, 0, 1, 1, 1]
+
+
+def test_batches_are_deterministic_per_step_and_eval_set_is_disjoint():
+    task = LinearMap(LinearMapConfig(state_size=8, sparsity=2), batch_size=16, seed=5)
+    b0, b0_again, b1 = task.train_batch(0, CPU), task.train_batch(0, CPU), task.train_batch(1, CPU)
+    assert torch.equal(b0.inputs, b0_again.inputs)
+    assert not torch.equal(b0.inputs, b1.inputs)
+    other_seed = LinearMap(LinearMapConfig(state_size=8, sparsity=2), batch_size=16, seed=6)
+    assert not torch.equal(b0.inputs, other_seed.train_batch(0, CPU).inputs)
+    ev = task.eval_batch(CPU)
+    assert ev is task.eval_batch(CPU)  # one fixed held-out batch, cached
+    train_x0 = {tuple(task.train_batch(s, CPU).inputs[i, :8].tolist())
+                for s in range(4) for i in range(16)}
+    eval_seqs = {tuple(r) for r in ev.inputs.tolist()}
+    train_seqs = {tuple(r) for s in range(4) for r in task.train_batch(s, CPU).inputs.tolist()}
+    assert len(train_x0) > 1 and eval_seqs != train_seqs
+    assert torch.equal(b0.targets[:, :-1], b0.inputs[:, 1:])  # targets are the next tokens
+
+
+def test_loss_mask_scores_every_token_after_the_first_state():
+    task = LinearMap(LinearMapConfig(state_size=5, sparsity=2, n_states=3))
+    mask = task.loss_mask()
+    assert task.seq_len == 14 and mask.shape == (14,)
+    # output p predicts token p + 1; tokens 5.. (x_1, x_2) are scored
+    assert mask.tolist() == [False] * 4 + [True] * 10
+
+
+def test_attention_target_matches_the_rule():
+    """Flipping a parent input changes the target token; flipping a non-parent never does."""
+    S, T = 6, 3
+    task = LinearMap(LinearMapConfig(state_size=S, sparsity=2, n_states=T))
+    target = task.attention_target()
+    assert target.shape == (task.seq_len, task.seq_len)
+    assert torch.equal(target, target.tril())  # the pattern is causal
+    a = task.matrix
+    tokens = task.sample(1, torch.Generator().manual_seed(1))[0]
+    for p in range(task.seq_len):
+        t_next, i = divmod(p + 1, S)
+        for q in range(p + 1):
+            flipped = tokens.clone()
+            flipped[q] ^= 1
+            if t_next == 0 or q // S != t_next - 1:
+                assert target[p, q] == 0
+                continue
+            prev = flipped[(t_next - 1) * S : t_next * S]
+            new_token = int((a[i] * prev).sum() % 2)
+            assert (new_token != int(tokens[p + 1])) == bool(target[p, q])
+
+
+def test_full_sparsity_is_the_parity_shortcut():
+    """s = S: every token of every later state is the parity of x_0 (a trap to avoid)."""
+    task = LinearMap(LinearMapConfig(state_size=5, sparsity=5, n_states=3))
+    tokens = task.sample(64, torch.Generator().manual_seed(0)).view(64, 3, 5)
+    parity = tokens[:, 0].sum(1) % 2
+    assert (tokens[:, 1] == parity[:, None]).all()
+    assert (tokens[:, 2] == (5 * parity[:, None]) % 2).all()
+
+
+def test_default_sits_where_few_supports_compete():
+    c = LinearMapConfig()
+    assert math.comb(c.state_size, c.sparsity) <= 20
+
+
+def test_random_targets_break_the_rule():
+    task = LinearMap(LinearMapConfig(state_size=6, sparsity=2, random_targets=True))
+    tokens = task.draw(256, torch.Generator().manual_seed(0))
+    m = task.matrix.tolist()
+    agree = sum(seq == recompute(m, seq[:6], 4, 2) for seq in tokens.tolist())
+    assert agree < 5
