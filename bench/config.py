@@ -94,12 +94,14 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _choose(registry: dict[str, Any], raw: DictConfig, section: str, default: str) -> Any:
+def _registered(registry: dict[str, Any], raw: DictConfig, section: str, default: str) -> Any:
+    """Build `raw[section]` with the schema its `name` selects from `registry`."""
     name = OmegaConf.select(raw, f"{section}.name", default=default)
     if name not in registry:
         raise ConfigError(f"{section}.name: unknown '{name}'; allowed: {', '.join(registry)}")
     entry = registry[name]
-    return entry[0] if isinstance(entry, tuple) else entry
+    schema = entry[0] if isinstance(entry, tuple) else entry
+    return build_section(schema, raw.get(section), section)
 
 
 def _one_line(error: OmegaConfBaseException) -> str:
@@ -122,7 +124,7 @@ def _raw(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
         raise ConfigError(_one_line(e)) from None
 
 
-def _instantiate(schema: type, raw: Any, section: str) -> Any:
+def build_section(schema: type, raw: Any, section: str) -> Any:
     """Merge `raw` into the dataclass `schema` and build it, naming `section` in any error."""
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), raw or {})
@@ -139,7 +141,7 @@ def _instantiate(schema: type, raw: Any, section: str) -> Any:
 
 def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
     raw = OmegaConf.create({"task": _raw(overrides)})
-    return _instantiate(_choose(TASKS, raw, "task", "linear_map"), raw.task, "task")
+    return _registered(TASKS, raw, "task", "linear_map")
 
 
 def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> RunConfig:
@@ -149,12 +151,12 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> 
     if unknown:
         allowed = ", ".join(f.name for f in dataclasses.fields(RunConfig))
         raise ConfigError(f"{sorted(unknown)[0]}: unknown key; allowed: {allowed}")
-    task = _instantiate(_choose(TASKS, raw, "task", "linear_map"), raw.get("task"), "task")
-    arch = _instantiate(_choose(ARCHITECTURES, raw, "arch", "transformer"), raw.get("arch"), "arch")
-    train = _instantiate(TrainConfig, raw.get("train"), "train")
-    emergence = _instantiate(EmergenceCriterion, raw.get("emergence"), "emergence")
+    task = _registered(TASKS, raw, "task", "linear_map")
+    arch = _registered(ARCHITECTURES, raw, "arch", "transformer")
+    train = build_section(TrainConfig, raw.get("train"), "train")
+    emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
     rest = {k: v for k, v in raw.items() if k in ("trainer", "seed")}
-    base = _instantiate(RunConfig, rest, "")
+    base = build_section(RunConfig, rest, "")
     check_trainer(base.trainer)
     return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence)
 

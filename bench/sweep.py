@@ -7,6 +7,7 @@ cleared and the job rerun.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm.auto import tqdm
 
-from .config import ConfigError, RunConfig, _instantiate, load_run_config
+from .config import ConfigError, RunConfig, build_section, load_run_config
 
 
 @dataclass
@@ -48,7 +49,7 @@ def load_spec(path: Path | str) -> SweepSpec:
         raw = OmegaConf.load(path)
     except (OmegaConfBaseException, ValueError) as e:  # YAML syntax errors land here too
         raise ConfigError(f"{path}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
-    return _instantiate(SweepSpec, raw, "")
+    return build_section(SweepSpec, raw, "")
 
 
 def expand(spec: SweepSpec) -> list[RunConfig]:
@@ -90,8 +91,6 @@ def run_sweep(spec: SweepSpec, out: Path, progress: bool = True) -> list[dict[st
 
 
 def read_result(path: Path) -> dict[str, Any]:
-    import json
-
     return json.loads(path.read_text())
 
 
