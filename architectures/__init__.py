@@ -6,12 +6,16 @@ model.
 """
 
 from .backbone import ArchConfig, Backbone, Block
+from .gated_deltanet import GatedDeltaNetConfig
+from .mamba import MambaConfig
 from .mlp_mixer import MLPMixerConfig
 from .transformer import TransformerConfig
 
 ARCHITECTURES: dict[str, type[ArchConfig]] = {
     "transformer": TransformerConfig,
     "mlp_mixer": MLPMixerConfig,
+    "mamba": MambaConfig,
+    "gated_deltanet": GatedDeltaNetConfig,
 }
 
 __all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -83,3 +84,40 @@ class Backbone(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x))
+
+
+# --- pieces the recurrent mixers share ----------------------------------------------------------
+
+
+def short_conv(channels: int, kernel_size: int, bias: bool = False) -> nn.Conv1d:
+    """Depthwise causal conv on (B, C, L); keep the first L outputs (fla's ShortConvolution)."""
+    return nn.Conv1d(channels, channels, kernel_size, padding=kernel_size - 1, groups=channels,
+                     bias=bias)
+
+
+class GatedRMSNorm(nn.Module):
+    """RMS-normalise the last dim, scale by `weight`, gate by silu(g) (fla's FusedRMSNormGated)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return (y * F.silu(g.float())).to(x.dtype)
+
+
+def fused_available(kernel: object) -> bool:
+    """Whether a library kernel imported and CUDA is present to run it."""
+    return kernel is not None and torch.cuda.is_available()
+
+
+def pick_path(choice: str, x: torch.Tensor, kernel: object) -> str:
+    """`fused` for the library kernel, `reference` for the pure-torch path."""
+    if choice == "reference" or kernel is None or not x.is_cuda:
+        if choice == "fused":
+            raise RuntimeError("kernel='fused' needs a CUDA input and the library kernel")
+        return "reference"
+    return "fused"

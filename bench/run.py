@@ -26,7 +26,8 @@ from .config import ConfigError, RunConfig
 from .emergence import EmergenceCallback
 from .module import EmergenceModule
 
-PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy")
+PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
+            "fla-core", "triton", "mamba-ssm")
 
 
 def versions() -> dict[str, str]:
@@ -119,12 +120,19 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         "steps_per_s": steps / wall if wall > 0 else None,
         "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,
         "n_params": sum(p.numel() for p in module.model.parameters()),
+        "kernel_path": kernel_path(module),
         "config": cfg.to_dict(),
         "versions": versions(),
     }
     if trainer.is_global_zero:
         write_json_atomic(run_dir / "result.json", result)
     return result
+
+
+def kernel_path(module: EmergenceModule) -> str:
+    """Which path the mixers ran: `fused` (library kernels), `reference`, or `torch`."""
+    paths = {getattr(m, "last_path", None) for m in module.model.modules()} - {None}
+    return "+".join(sorted(paths)) or "torch"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from architectures import ARCHITECTURES
 from bench.cli import main
 
 BAD_RUNS = [
@@ -80,5 +81,5 @@ def test_console_script_exits_2_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: arch.name: unknown 'nope'; allowed: transformer, mlp_mixer"]
+        f"error: arch.name: unknown 'nope'; allowed: {', '.join(ARCHITECTURES)}"]
     assert not (tmp_path / "r").exists()
