@@ -12,6 +12,7 @@ softplus(a_proj x + dt_bias); the output is RMS-normalised, gated by silu(g_proj
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,9 +22,11 @@ from torch import nn
 
 from .backbone import ArchConfig, GatedRMSNorm, fused_available, pick_path, short_conv
 
-try:  # the fused kernels need CUDA and Triton at run time; importing them needs only triton
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
+try:  # the fused kernels need CUDA at run time; importing them needs only triton
+    with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
+        warnings.simplefilter("ignore", UserWarning)
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+        from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
 except ImportError:  # pragma: no cover - fla-core is a core dependency
     chunk_gated_delta_rule = naive_chunk_gated_delta_rule = None
 
