@@ -34,13 +34,20 @@ class ArchConfig:
         if self.mlp_ratio < 0:
             raise ValueError(f"mlp_ratio: must be >= 0, got {self.mlp_ratio}")
 
-    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
-        """A new token mixer for inputs up to `seq_len`; `pattern` is the task's (L, L) target."""
+    def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int) -> nn.Module:
+        """A new token mixer for block `layer_idx`, inputs up to `seq_len` long.
+
+        `pattern` is the task's (L, L) ground truth, for mixers that use it.
+        """
         raise NotImplementedError
 
 
 class Block(nn.Module):
-    """x + mixer(norm(x)), then x + MLP(norm(x)) when the block has one."""
+    """x + mixer(norm(x)), then x + MLP(norm(x)) when the block has one.
+
+    A mixer whose class sets `uses_context = True` also receives `context`, a dict shared by the
+    blocks of one forward pass (RWKV-7 passes its first layer's values on through it).
+    """
 
     def __init__(self, d_model: int, mixer: nn.Module, mlp_ratio: int):
         super().__init__()
@@ -55,8 +62,10 @@ class Block(nn.Module):
                 nn.Linear(mlp_ratio * d_model, d_model),
             )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.mixer(self.norm(x))
+    def forward(self, x: torch.Tensor, context: dict | None = None) -> torch.Tensor:
+        h = self.norm(x)
+        x = x + (self.mixer(h, context) if getattr(self.mixer, "uses_context", False) else
+                 self.mixer(h))
         if self.mlp is not None:
             x = x + self.mlp(x)
         return x
@@ -71,8 +80,8 @@ class Backbone(nn.Module):
         self.embed = nn.Embedding(vocab_size, d)
         self.pos = nn.Parameter(0.02 * torch.randn(seq_len, d)) if config.positional else None
         self.blocks = nn.ModuleList(
-            Block(d, config.mixer(seq_len, pattern), config.mlp_ratio)
-            for _ in range(config.n_layers)
+            Block(d, config.mixer(seq_len, pattern, i), config.mlp_ratio)
+            for i in range(config.n_layers)
         )
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab_size)
@@ -81,8 +90,9 @@ class Backbone(nn.Module):
         x = self.embed(tokens)  # (B, L, D)
         if self.pos is not None:
             x = x + self.pos[: tokens.shape[1]]
+        context: dict = {}
         for block in self.blocks:
-            x = block(x)
+            x = block(x, context)
         return self.head(self.norm(x))
 
 

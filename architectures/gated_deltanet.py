@@ -60,7 +60,7 @@ class GatedDeltaNetConfig(ArchConfig):
         if self.kernel == "fused" and not fused_available(chunk_gated_delta_rule):
             raise ValueError("kernel: 'fused' needs CUDA and fla; allowed here: auto, reference")
 
-    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+    def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return GatedDeltaNet(self)
 
 

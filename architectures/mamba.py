@@ -3,7 +3,7 @@
 The module creates exactly the parameters of `mamba_ssm.Mamba` (in_proj, conv1d, x_proj, dt_proj,
 A_log, D, out_proj), so a state dict loads into either. Two paths compute one function:
 - fused: mamba_ssm's CUDA `selective_scan_fn`, on CUDA when mamba_ssm imports (the `gpu` extra);
-- reference: a log-depth parallel scan in pure torch (no per-token loop), on any device.
+- reference: a chunked scan in pure torch (parallel within chunks of 8 tokens), any device.
 Per channel: h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t, y_t = C_t h_t + D x_t, gated by silu(z).
 """
 
@@ -52,43 +52,87 @@ class MambaConfig(ArchConfig):
                 "kernel: 'fused' needs CUDA and mamba_ssm; allowed here: auto, reference"
             )
 
-    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+    def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return Mamba(self)
 
 
-def _scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """h_t = a_t * h_{t-1} + b_t along dim 1 (h_{-1} = 0), in log2(L) steps (Hillis-Steele)."""
-    a, b = a.clone(), b.clone()
-    offset, L = 1, a.shape[1]
-    while offset < L:
-        b[:, offset:] += a[:, offset:] * b[:, :-offset]  # the product is formed before the add
-        a[:, offset:] = a[:, offset:] * a[:, :-offset]
+CHUNK = 8  # tokens per step of the chunked scan: a few MB of state per chunk stay in cache
+
+
+def _chunk_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None,
+                reverse: bool = False) -> torch.Tensor:
+    """h_t = a_t * h_{t-1} + b_t along dim 1 from h_{-1} = h0, in log2(c) steps (Hillis-Steele).
+
+    With `reverse`, h_t = a_t * h_{t+1} + b_t from the end. Overwrites `b` and returns it.
+    """
+    a = a.clone()
+    c = a.shape[1]
+    if h0 is not None:
+        b[:, -1 if reverse else 0] += a[:, -1 if reverse else 0] * h0
+    offset = 1
+    while offset < c:
+        if reverse:
+            b[:, :-offset] += a[:, :-offset] * b[:, offset:]  # the product is formed first
+            a[:, :-offset] = a[:, :-offset] * a[:, offset:]
+        else:
+            b[:, offset:] += a[:, offset:] * b[:, :-offset]
+            a[:, offset:] = a[:, offset:] * a[:, :-offset]
         offset *= 2
     return b
 
 
-class _LinearScan(torch.autograd.Function):
-    """The scan with a hand-written backward: itself a scan, backwards in time."""
+class SelectiveScan(torch.autograd.Function):
+    """y_t = C_t . h_t with h_t = exp(delta_t A) h_{t-1} + delta_t x_t B_t, per channel.
+
+    delta, x: (B, L, D); A: (D, N); B, C: (B, L, N) -> y (B, L, D). Runs over chunks of CHUNK
+    tokens, each a parallel scan, so the (B, L, D, N) states are never all held at once; the
+    backward pass recomputes each chunk's states from the chunk boundaries saved in forward.
+    """
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        h = _scan(a, b)
-        ctx.save_for_backward(a, h)
-        return h
+    def forward(ctx, delta, A, x, B, C):
+        Bsz, L, D = x.shape
+        h = x.new_zeros(Bsz, D, A.shape[1])
+        starts, ys = [], []
+        for t in range(0, L, CHUNK):
+            sl = slice(t, t + CHUNK)
+            a = torch.exp(delta[:, sl, :, None] * A)  # (B, c, D, N)
+            b = (delta[:, sl] * x[:, sl])[..., None] * B[:, sl, None, :]
+            starts.append(h)
+            hs = _chunk_scan(a, b, h)  # (B, c, D, N)
+            ys.append((hs * C[:, sl, None, :]).sum(-1))
+            h = hs[:, -1]
+        ctx.save_for_backward(delta, A, x, B, C, torch.stack(starts, 1))
+        return torch.cat(ys, 1)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        a, h = ctx.saved_tensors
-        # dL/dh_t = grad_t + a_{t+1} dL/dh_{t+1}
-        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)
-        gh = _scan(a_next.flip(1), grad.flip(1)).flip(1)
-        h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
-        return gh * h_prev, gh
-
-
-def parallel_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """h_t = a_t * h_{t-1} + b_t along dim 1, differentiable in a and b."""
-    return _LinearScan.apply(a, b)
+    def backward(ctx, gy):
+        delta, A, x, B, C, starts = ctx.saved_tensors
+        L = x.shape[1]
+        g_delta, g_x = torch.zeros_like(delta), torch.zeros_like(x)
+        g_B, g_C, g_A = torch.zeros_like(B), torch.zeros_like(C), torch.zeros_like(A)
+        carry = torch.zeros_like(starts[:, 0])  # dL/dh flowing back into the next chunk's start
+        for i, t in reversed(list(enumerate(range(0, L, CHUNK)))):
+            sl = slice(t, t + CHUNK)
+            dx = delta[:, sl] * x[:, sl]
+            a = torch.exp(delta[:, sl, :, None] * A)
+            b = dx[..., None] * B[:, sl, None, :]
+            hs = _chunk_scan(a, b, starts[:, i])
+            g_C[:, sl] = (gy[:, sl, :, None] * hs).sum(2)
+            direct = gy[:, sl, :, None] * C[:, sl, None, :]  # (B, c, D, N)
+            # dL/dh_t = direct_t + a_{t+1} dL/dh_{t+1}, with the last step fed by the carry
+            a_next = torch.cat([a[:, 1:], torch.ones_like(a[:, :1])], 1)
+            direct[:, -1] += carry
+            gh = _chunk_scan(a_next, direct, reverse=True)
+            h_prev = torch.cat([starts[:, i, None], hs[:, :-1]], 1)
+            g_a = gh * h_prev * a  # through a = exp(delta A)
+            g_dx = (gh * B[:, sl, None, :]).sum(-1)
+            g_B[:, sl] = (gh * dx[..., None]).sum(2)
+            g_delta[:, sl] = (g_a * A).sum(-1) + g_dx * x[:, sl]
+            g_x[:, sl] = g_dx * delta[:, sl]
+            g_A += (g_a * delta[:, sl, :, None]).sum((0, 1))
+            carry = gh[:, 0] * a[:, 0]
+        return g_delta, g_A, g_x, g_B, g_C
 
 
 class Mamba(nn.Module):
@@ -135,7 +179,4 @@ class Mamba(nn.Module):
     def reference(self, x, dt, A, B, C) -> torch.Tensor:
         """Selective scan: x, dt (B, L, D_in); B, C (B, L, N) -> y (B, L, D_in)."""
         delta = F.softplus(dt + self.dt_proj.bias)  # (B, L, D_in)
-        decay = torch.exp(delta.unsqueeze(-1) * A)  # (B, L, D_in, N)
-        drive = (delta * x).unsqueeze(-1) * B.unsqueeze(2)  # (B, L, D_in, N)
-        h = parallel_scan(decay, drive)
-        return (h * C.unsqueeze(2)).sum(-1) + self.D * x
+        return SelectiveScan.apply(delta, A, x, B, C) + self.D * x

@@ -31,7 +31,7 @@ class MLPMixerConfig(ArchConfig):
                 f"n_heads: must be >= 1 and divide d_model ({self.d_model}), got {self.n_heads}"
             )
 
-    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+    def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return CausalTokenMixing(self.d_model, self.n_heads, seq_len)
 
 

@@ -33,7 +33,7 @@ class TransformerConfig(ArchConfig):
             if value < 1:
                 raise ValueError(f"{field}: must be >= 1, got {value}")
 
-    def mixer(self, seq_len: int, pattern: torch.Tensor) -> nn.Module:
+    def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return CausalSelfAttention(
             self.d_model, self.n_heads, self.head_dim, seq_len, self.attention_bias * pattern
         )
