@@ -9,6 +9,7 @@ from .backbone import ArchConfig, Backbone, Block
 from .gated_deltanet import GatedDeltaNetConfig
 from .mamba import MambaConfig
 from .mlp_mixer import MLPMixerConfig
+from .plugins import ContractError, as_config_class, check_mixer, load_dotted
 from .rwkv7 import RWKV7Config
 from .transformer import TransformerConfig
 
@@ -20,4 +21,24 @@ ARCHITECTURES: dict[str, type[ArchConfig]] = {
     "rwkv": RWKV7Config,
 }
 
-__all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block"]
+
+
+def register(name: str, mixer: type) -> None:
+    """Add a plug-in (an nn.Module or ArchConfig subclass, see plugins.py) under `name`."""
+    if name in ARCHITECTURES:
+        raise ValueError(f"{name}: already registered")
+    ARCHITECTURES[name] = as_config_class(mixer, name)
+
+
+def resolve(name: str) -> type[ArchConfig]:
+    """A registered name or a dotted `package.module:Class` -> its config class."""
+    if name in ARCHITECTURES:
+        return ARCHITECTURES[name]
+    if ":" in name:
+        return load_dotted(name)
+    allowed = ", ".join(ARCHITECTURES)
+    raise ContractError(f"unknown '{name}'; allowed: {allowed}, or a plug-in package.module:Class")
+
+
+__all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block", "ContractError", "check_mixer",
+           "register", "resolve"]

@@ -18,7 +18,8 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from architectures import ARCHITECTURES, ArchConfig
+from architectures import ArchConfig, ContractError
+from architectures import resolve as resolve_arch
 from datamodules import TASKS, TaskConfig
 
 from .emergence import EmergenceCriterion
@@ -94,14 +95,22 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _registered(registry: dict[str, Any], raw: DictConfig, section: str, default: str) -> Any:
-    """Build `raw[section]` with the schema its `name` selects from `registry`."""
+def _named_schema(raw: DictConfig, section: str, default: str) -> type:
+    """The dataclass that `<section>.name` selects: a task, or an architecture or plug-in."""
     name = OmegaConf.select(raw, f"{section}.name", default=default)
-    if name not in registry:
-        raise ConfigError(f"{section}.name: unknown '{name}'; allowed: {', '.join(registry)}")
-    entry = registry[name]
-    schema = entry[0] if isinstance(entry, tuple) else entry
-    return build_section(schema, raw.get(section), section)
+    if section == "arch":
+        try:
+            return resolve_arch(str(name))
+        except ContractError as e:
+            raise ConfigError(f"arch.name: {e}") from None
+    if name not in TASKS:
+        raise ConfigError(f"task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
+    return TASKS[name][0]
+
+
+def _registered(raw: DictConfig, section: str, default: str) -> Any:
+    """Build `raw[section]` with the schema its `name` selects."""
+    return build_section(_named_schema(raw, section, default), raw.get(section), section)
 
 
 def _one_line(error: OmegaConfBaseException) -> str:
@@ -141,7 +150,7 @@ def build_section(schema: type, raw: Any, section: str) -> Any:
 
 def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
     raw = OmegaConf.create({"task": _raw(overrides)})
-    return _registered(TASKS, raw, "task", "linear_map")
+    return _registered(raw, "task", "linear_map")
 
 
 def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> RunConfig:
@@ -151,8 +160,8 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> 
     if unknown:
         allowed = ", ".join(f.name for f in dataclasses.fields(RunConfig))
         raise ConfigError(f"{sorted(unknown)[0]}: unknown key; allowed: {allowed}")
-    task = _registered(TASKS, raw, "task", "linear_map")
-    arch = _registered(ARCHITECTURES, raw, "arch", "transformer")
+    task = _registered(raw, "task", "linear_map")
+    arch = _registered(raw, "arch", "transformer")
     train = build_section(TrainConfig, raw.get("train"), "train")
     emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
     rest = {k: v for k, v in raw.items() if k in ("trainer", "seed")}

@@ -16,7 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from architectures import ARCHITECTURES
+from architectures import ContractError, resolve
 from datamodules import TASKS
 
 from .stats import SurvivalSummary, kaplan_meier
@@ -30,15 +30,20 @@ COLUMNS = [
 ]
 
 
-def label(section: dict[str, Any], registry: dict[str, Any], always: tuple[str, ...] = ()) -> str:
+def label(section: dict[str, Any], schema: type | None, always: tuple[str, ...] = ()) -> str:
     """`name(field=value, ...)`: the fields in `always`, then those that differ from defaults."""
-    entry = registry.get(section["name"])
-    schema = entry[0] if isinstance(entry, tuple) else entry
     defaults = {f.name: f.default for f in fields(schema)} if schema else {}
     keys = [k for k in always if k in section]
     keys += [k for k in section if k not in keys and k != "name" and defaults.get(k) != section[k]]
     shown = ", ".join(f"{k}={section[k]}" for k in keys)
     return f"{section['name']}({shown})" if shown else section["name"]
+
+
+def _arch_schema(name: str) -> type | None:
+    try:
+        return resolve(name)
+    except ContractError:  # a plug-in that is not importable here: show every field
+        return None
 
 
 def group_key(result: dict[str, Any]) -> str:
@@ -59,8 +64,8 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
         km = kaplan_meier(times, [r["status"] == "emerged" for r in runs])
         widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
         rows.append(({
-            "task": label(config["task"], TASKS, TASK_FIELDS),
-            "architecture": label(config["arch"], ARCHITECTURES),
+            "task": label(config["task"], TASKS[config["task"]["name"]][0], TASK_FIELDS),
+            "architecture": label(config["arch"], _arch_schema(config["arch"]["name"])),
             "seeds": len(runs),
             "emerged": km.events,
             "diverged": sum(r["status"] == "diverged" for r in runs),

@@ -20,6 +20,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 
+from architectures import ContractError, check_mixer
 from datamodules import build_task
 
 from .config import ConfigError, RunConfig
@@ -87,10 +88,14 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     """Train `cfg`, write `run_dir/result.json` and return it."""
     quiet_lightning()
     run_dir = Path(run_dir)
-    L.seed_everything(cfg.seed, verbose=False)
     task = build_task(
         cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size, seed=cfg.seed
     )
+    try:  # a mixer that breaks the contract is rejected before anything trains or is written
+        check_mixer(cfg.arch, task.seq_len)
+    except ContractError as e:
+        raise ConfigError(f"arch.name: {e}") from None
+    L.seed_everything(cfg.seed, verbose=False)
     module = EmergenceModule(cfg.arch, cfg.train, task)
     chance, solved = chance_and_solved(cfg.emergence.metric, task.vocab_size)
     callback = EmergenceCallback(cfg.emergence, chance, solved)

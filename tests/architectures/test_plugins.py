@@ -1,0 +1,123 @@
+"""A user's own mixer: by dotted path or registration, checked by the contract before training."""
+
+import csv
+import sys
+import textwrap
+
+import pytest
+
+from architectures import ARCHITECTURES, ContractError, check_mixer, register, resolve
+from bench.cli import main
+from bench.config import ConfigError, load_run_config
+
+EXAMPLE = "examples.custom_mixer:CausalConvMixer"
+TINY = ["task.state_size=4", "task.sparsity=1", "task.n_states=3", "arch.d_model=32",
+        "train.eval_every=25", "train.eval_size=128", "train.batch_size=32"]
+
+BAD_MIXERS = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class WrongShape(nn.Module):
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model + 1)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    class Leaky(nn.Module):
+        """Reads the whole sequence: every output sees the future."""
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int, *, scale: float = 1.0):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model)
+            self.scale = scale
+
+        def forward(self, x):
+            return self.proj(x + self.scale * x.mean(1, keepdim=True))
+
+    class NoSeqLen(nn.Module):
+        def __init__(self, d_model: int):
+            super().__init__()
+''')
+
+
+def bench(monkeypatch, capsys, *argv):
+    monkeypatch.setattr(sys, "argv", ["bench", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    return code, capsys.readouterr()
+
+
+def test_dotted_path_becomes_a_typed_config():
+    cfg = load_run_config([f"arch.name={EXAMPLE}", "arch.kernel_size=6"])
+    assert cfg.arch.kernel_size == 6 and cfg.arch.name == EXAMPLE
+    with pytest.raises(ConfigError, match="arch.kernel_sise: unknown key"):
+        load_run_config([f"arch.name={EXAMPLE}", "arch.kernel_sise=6"])
+    with pytest.raises(ConfigError, match="arch.kernel_size: Value 'big'"):
+        load_run_config([f"arch.name={EXAMPLE}", "arch.kernel_size=big"])
+    check_mixer(cfg.arch, seq_len=12)  # the example honours the contract
+
+
+def test_registration_call():
+    from examples.custom_mixer import CausalConvMixer
+
+    register("causal_conv_test", CausalConvMixer)
+    try:
+        cfg = load_run_config(["arch.name=causal_conv_test", "arch.kernel_size=2"])
+        assert cfg.arch.kernel_size == 2 and resolve("causal_conv_test") is type(cfg.arch)
+        with pytest.raises(ValueError, match="already registered"):
+            register("causal_conv_test", CausalConvMixer)
+    finally:
+        ARCHITECTURES.pop("causal_conv_test")
+
+
+def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    code, _ = bench(monkeypatch, capsys, "run", *TINY, f"arch.name={EXAMPLE}",
+                    "arch.kernel_size=8", "train.max_steps=50", "--out", str(out), "--no-progress")
+    assert code == 0 and (out / "result.json").exists()
+
+    spec = tmp_path / "plug.yaml"
+    spec.write_text(textwrap.dedent(f"""
+        name: plug
+        task: {{name: linear_map, state_size: 4, sparsity: 1, n_states: 3}}
+        archs:
+          - {{name: "{EXAMPLE}", d_model: 32, kernel_size: 8}}
+          - {{name: mlp_mixer, d_model: 32}}
+        seeds: 1
+        train: {{max_steps: 40, eval_every: 20, eval_size: 64, batch_size: 16}}
+    """))
+    code, _ = bench(monkeypatch, capsys, "sweep", str(spec))
+    assert code == 0
+    rows = list(csv.DictReader((tmp_path / "plug" / "leaderboard.csv").open()))
+    assert f"{EXAMPLE}(d_model=32, kernel_size=8)" in {r["architecture"] for r in rows}
+
+
+@pytest.mark.parametrize("cls,message", [
+    ("WrongShape", "must map (B, L, D) = (2, 11, 64) to the same shape, got (2, 11, 65)"),
+    ("Leaky", "is not causal: output 0 changed when inputs 5.. changed"),
+    ("NoSeqLen", "the constructor must take d_model, seq_len, layer_idx; missing layer_idx, "
+                 "seq_len"),
+])
+def test_contract_breakers_are_rejected_before_training(cls, message, tmp_path, monkeypatch,
+                                                        capsys):
+    (tmp_path / "bad_mixers.py").write_text(BAD_MIXERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    code, captured = bench(monkeypatch, capsys, "run", "task.state_size=4", "task.n_states=3",
+                           f"arch.name=bad_mixers:{cls}", "--out", str(out))
+    assert code == 2
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: arch.name:") and message in lines[0]
+    assert not out.exists()
+
+
+def test_resolve_rejects_what_is_not_a_mixer():
+    with pytest.raises(ContractError, match="expected an nn.Module or ArchConfig subclass"):
+        resolve("json:dumps")
+    with pytest.raises(ContractError, match="cannot import"):
+        resolve("no_such_module:Mixer")
