@@ -81,5 +81,6 @@ def test_console_script_exits_2_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"error: arch.name: unknown 'nope'; allowed: {', '.join(ARCHITECTURES)}"]
+        f"error: arch.name: unknown 'nope'; allowed: {', '.join(ARCHITECTURES)}, "
+        "or a plug-in package.module:Class"]
     assert not (tmp_path / "r").exists()
