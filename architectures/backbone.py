@@ -34,6 +34,11 @@ class ArchConfig:
         if self.mlp_ratio < 0:
             raise ValueError(f"mlp_ratio: must be >= 0, got {self.mlp_ratio}")
 
+    def state_size(self, seq_len: int) -> int | None:
+        """Numbers one layer keeps per sequence to produce the next token after `seq_len` tokens
+        (a recurrent state, or a cache that grows with the context); None where unknown."""
+        return None
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int) -> nn.Module:
         """A new token mixer for block `layer_idx`, inputs up to `seq_len` long.
 

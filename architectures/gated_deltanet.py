@@ -60,6 +60,11 @@ class GatedDeltaNetConfig(ArchConfig):
         if self.kernel == "fused" and not fused_available(chunk_gated_delta_rule):
             raise ValueError("kernel: 'fused' needs CUDA and fla; allowed here: auto, reference")
 
+    def state_size(self, seq_len: int) -> int:
+        dv = int(self.head_dim * self.expand_v)
+        conv = (2 * self.head_dim + dv) * self.n_heads * (self.conv_size - 1)
+        return self.n_heads * self.head_dim * dv + conv  # one K x V matrix per head + conv windows
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return GatedDeltaNet(self)
 

@@ -52,6 +52,10 @@ class MambaConfig(ArchConfig):
                 "kernel: 'fused' needs CUDA and mamba_ssm; allowed here: auto, reference"
             )
 
+    def state_size(self, seq_len: int) -> int:
+        d_inner = self.expand * self.d_model
+        return d_inner * self.d_state + d_inner * (self.d_conv - 1)  # SSM state + conv window
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return Mamba(self)
 

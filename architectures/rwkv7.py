@@ -58,6 +58,9 @@ class RWKV7Config(ArchConfig):
         if self.kernel == "fused" and not fused_available(chunk_rwkv7):
             raise ValueError("kernel: 'fused' needs CUDA and fla; allowed here: auto, reference")
 
+    def state_size(self, seq_len: int) -> int:
+        return self.d_model * self.head_dim + self.d_model  # K x K per head + the shifted token
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return RWKV7Attention(self, layer_idx)
 

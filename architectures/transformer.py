@@ -33,6 +33,9 @@ class TransformerConfig(ArchConfig):
             if value < 1:
                 raise ValueError(f"{field}: must be >= 1, got {value}")
 
+    def state_size(self, seq_len: int) -> int:
+        return 2 * self.n_heads * self.head_dim * seq_len  # the key-value cache
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return CausalSelfAttention(
             self.d_model, self.n_heads, self.head_dim, seq_len, self.attention_bias * pattern

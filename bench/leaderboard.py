@@ -26,6 +26,7 @@ TASK_FIELDS = ("state_size", "sparsity", "n_cells", "n_colors", "n_rules", "n_st
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
     "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "params",
+    "state_per_layer",
     "steps_per_s", "config",
 ]
 
@@ -77,6 +78,7 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "q3_steps": km.q3,
             "median_width": statistics.median(widths) if widths else math.nan,
             "params": runs[0]["n_params"],
+            "state_per_layer": runs[0].get("state_per_layer"),
             "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
             "config": key,
             "budget": max(r["budget_steps"] for r in runs),
@@ -93,7 +95,7 @@ def _steps(x: float) -> str:
 
 def to_markdown(title: str, rows: list[dict[str, Any]]) -> str:
     header = ["task", "architecture", "solved", "median steps [95% CI]", "quartiles",
-              "width", "params", "steps/s", "config"]
+              "width", "params", "state/layer", "steps/s", "config"]
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |",
              "|" + "---|" * len(header)]
     for r in rows:
@@ -103,7 +105,9 @@ def to_markdown(title: str, rows: list[dict[str, Any]]) -> str:
             f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
             f"{_steps(r['median_steps'])} {ci}",
             f"{_steps(r['q1_steps'])}-{_steps(r['q3_steps'])}",
-            _steps(r["median_width"]), f"{r['params']:,}", f"{r['steps_per_s']:.1f}",
+            _steps(r["median_width"]), f"{r['params']:,}",
+            "-" if r["state_per_layer"] is None else f"{r['state_per_layer']:,}",
+            f"{r['steps_per_s']:.1f}",
             f"`{r['config']}`",
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -127,17 +131,21 @@ def plot(path: Path, title: str, summaries: list[tuple[dict[str, Any], SurvivalS
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    tasks = {row["task"] for row, _ in summaries}
-    for row, km in summaries:
-        name = row["architecture"] if len(tasks) == 1 else f"{row['task']} / {row['architecture']}"
-        steps = list(km.steps) + [row["budget"]]
-        frac = list(km.emerged) + [km.emerged[-1]]
-        ax.step(steps, frac, where="post", label=f"{name} (n={row['seeds']})")
-    ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
-           title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    tasks = list(dict.fromkeys(row["task"] for row, _ in summaries))  # one panel per task
+    fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for row, km in summaries:
+            if row["task"] != task:
+                continue
+            steps = list(km.steps) + [row["budget"]]
+            frac = list(km.emerged) + [km.emerged[-1]]
+            ax.step(steps, frac, where="post", label=f"{row['architecture']} (n={row['seeds']})")
+        ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
+               title=task if len(tasks) > 1 else title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    if len(tasks) > 1:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -126,6 +126,9 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,
         "n_params": sum(p.numel() for p in module.model.parameters()),
         "kernel_path": kernel_path(module),
+        "mixer_params_per_layer": [sum(p.numel() for p in b.mixer.parameters())
+                                   for b in module.model.blocks],
+        "state_per_layer": cfg.arch.state_size(task.seq_len),
         "config": cfg.to_dict(),
         "versions": versions(),
     }

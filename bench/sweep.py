@@ -24,8 +24,8 @@ from .config import ConfigError, RunConfig, build_section, load_run_config
 class SweepSpec:
     name: str = "sweep"
     """title of the leaderboard"""
-    task: dict[str, Any] = field(default_factory=dict)
-    """the task section of every job (task.name and its fields)"""
+    task: Any = None
+    """the task section of every job (task.name and its fields), or a list of them"""
     archs: list[dict[str, Any]] = field(default_factory=list)
     """one architecture section per leaderboard row"""
     seeds: int = 4
@@ -39,6 +39,12 @@ class SweepSpec:
             raise ValueError(f"seeds: must be >= 1, got {self.seeds}")
         if not self.archs:
             raise ValueError("archs: must list at least one architecture")
+        if not self.tasks or not all(isinstance(t, dict) for t in self.tasks):  # None too
+            raise ValueError("task: must be a mapping or a non-empty list of mappings")
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        return self.task if isinstance(self.task, list) else [self.task]
 
 
 def load_spec(path: Path | str) -> SweepSpec:
@@ -53,16 +59,18 @@ def load_spec(path: Path | str) -> SweepSpec:
 
 
 def expand(spec: SweepSpec) -> list[RunConfig]:
-    """All jobs of the spec, validated, in (architecture, seed) order."""
+    """All jobs of the spec, validated, in (task, architecture, seed) order."""
     jobs = []
-    for i, arch in enumerate(spec.archs):
-        for seed in range(spec.seeds):
-            overrides = {"task": spec.task, "arch": arch, "train": spec.train,
-                         "emergence": spec.emergence, "trainer": spec.trainer, "seed": seed}
-            try:
-                jobs.append(load_run_config(overrides))
-            except ConfigError as e:
-                raise ConfigError(f"archs[{i}]: {e}" if str(e).startswith("arch.") else str(e))
+    for task in spec.tasks:
+        for i, arch in enumerate(spec.archs):
+            for seed in range(spec.seeds):
+                overrides = {"task": task, "arch": arch, "train": spec.train,
+                             "emergence": spec.emergence, "trainer": spec.trainer, "seed": seed}
+                try:
+                    jobs.append(load_run_config(overrides))
+                except ConfigError as e:
+                    where = f"archs[{i}]: " if str(e).startswith("arch.") else ""
+                    raise ConfigError(f"{where}{e}") from None
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError("archs: two entries resolve to the same architecture config")

@@ -61,6 +61,8 @@ def test_bad_sweep_specs(monkeypatch, capsys, tmp_path):
                        "archs: must list at least one architecture"),
         "arch.yaml": ("task: {name: linear_map}\narchs: [{name: transformer, n_heads: -1}]\n",
                       "archs[0]: arch.n_heads: must be >= 1"),
+        "task.yaml": ("task: 3\narchs: [{name: transformer}]\n",
+                      "task: must be a mapping or a non-empty list of mappings"),
         "dup.yaml": ("task: {name: linear_map}\narchs: [{name: mlp_mixer}, {name: mlp_mixer}]\n",
                      "archs: two entries resolve to the same architecture config"),
     }

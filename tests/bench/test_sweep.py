@@ -27,6 +27,19 @@ def bench(monkeypatch, *argv):
         assert e.code in (0, None)
 
 
+def test_a_list_of_tasks_expands_task_by_task(tmp_path):
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(SPEC.replace(
+        "task: {name: linear_map, state_size: 4, sparsity: 1, n_states: 3}",
+        "task: [{name: linear_map}, {name: cellular_automaton, n_colors: 2}]"))
+    jobs = expand(load_spec(spec_path))
+    assert [(j.task.name, j.arch.name, j.seed) for j in jobs][:5] == [
+        ("linear_map", "transformer", 0), ("linear_map", "transformer", 1),
+        ("linear_map", "mlp_mixer", 0), ("linear_map", "mlp_mixer", 1),
+        ("cellular_automaton", "transformer", 0)]
+    assert len(jobs) == 8
+
+
 def test_job_ids_are_stable_and_distinct(tmp_path):
     spec_path = tmp_path / "s.yaml"
     spec_path.write_text(SPEC)
