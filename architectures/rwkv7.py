@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - fla-core is a core dependency
     chunk_rwkv7 = dplr_chunkwise = None
 
 W_SCALE = -math.exp(-0.5)  # w = W_SCALE * sigmoid(.): log-decays in (-0.61, 0)
-CHUNK = 8  # fla's naive chunked op loops over chunk positions: small chunks are fastest on CPU
+CHUNK = 4  # fla's naive chunked op loops over chunk positions: small chunks are fastest on CPU
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """One contract for every registered mixer: shape, finiteness, backward, causality."""
 
+import math
+
 import pytest
 import torch
 
@@ -90,3 +92,47 @@ def test_attention_bias_moves_mass_onto_the_pattern():
     y = attn(x)
     attn.record_attention = True
     assert torch.allclose(y, attn(x), atol=1e-5)  # SDPA with the bias mask agrees too
+
+
+class _Bidirectional(torch.nn.Module):
+    """A deliberately leaky mixer: every position sees the next token."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(torch.roll(x, shifts=-1, dims=1))
+
+
+def random_token_loss(model, steps=80, vocab=2):
+    """Train next-token prediction on uniform random tokens; return held-out loss."""
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        tokens = torch.randint(vocab, (32, L + 1), generator=gen)
+        loss = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1),
+                                                 tokens[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    tokens = torch.randint(vocab, (256, L + 1), generator=gen)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_random_targets_stay_at_chance(name):
+    """Leak control: nothing to learn, so a causal model cannot beat ln 2."""
+    torch.manual_seed(0)
+    model = Backbone(small(name), vocab_size=2, seq_len=L, pattern=torch.zeros(L, L))
+    assert random_token_loss(model) > math.log(2) - 0.03
+
+
+def test_leak_control_catches_a_leaky_mixer():
+    torch.manual_seed(0)
+    model = Backbone(small("transformer"), vocab_size=2, seq_len=L, pattern=torch.zeros(L, L))
+    for block in model.blocks:
+        block.mixer = _Bidirectional(D)
+    assert random_token_loss(model) < 0.5 * math.log(2)

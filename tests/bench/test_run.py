@@ -48,6 +48,16 @@ def test_random_targets_stay_at_chance(tmp_path):
     assert abs(result["final_metrics"]["val/token_acc"] - 0.5) < 0.05
 
 
+@pytest.mark.parametrize("arch", ["mamba", "gated_deltanet", "rwkv"])
+def test_recurrent_mixers_train_on_the_reference_path(arch, tmp_path):
+    cfg = load_run_config([*TINY, f"arch.name={arch}", "train.max_steps=30"])
+    result = train(cfg, tmp_path / "r", progress=False)
+    assert result["kernel_path"] == "reference"  # no CUDA here
+    assert math.isfinite(result["final_metrics"]["val/loss"])
+    assert len(result["mixer_params_per_layer"]) == 2
+    assert result["state_per_layer"] == cfg.arch.state_size(11)
+
+
 def test_transformer_logs_attention_mass_on_the_parents(tmp_path):
     cfg = load_run_config([*TINY, "train.max_steps=50", "arch.attention_bias=30"])
     result = train(cfg, tmp_path / "r", progress=False)
