@@ -28,11 +28,14 @@ class ArchConfig:
     """add learned absolute position embeddings to the token embeddings"""
 
     def __post_init__(self) -> None:
-        for field, value in (("d_model", self.d_model), ("n_layers", self.n_layers)):
-            if value < 1:
-                raise ValueError(f"{field}: must be >= 1, got {value}")
-        if self.mlp_ratio < 0:
-            raise ValueError(f"mlp_ratio: must be >= 0, got {self.mlp_ratio}")
+        self.require_at_least(1, "d_model", "n_layers")
+        self.require_at_least(0, "mlp_ratio")
+
+    def require_at_least(self, minimum: int, *fields: str) -> None:
+        """One-line ValueError naming the first of `fields` below `minimum`."""
+        for field in fields:
+            if getattr(self, field) < minimum:
+                raise ValueError(f"{field}: must be >= {minimum}, got {getattr(self, field)}")
 
     def state_size(self, seq_len: int) -> int | None:
         """Numbers one layer keeps per sequence to produce the next token after `seq_len` tokens
@@ -124,9 +127,10 @@ class GatedRMSNorm(nn.Module):
         return (y * F.silu(g.float())).to(x.dtype)
 
 
-def fused_available(kernel: object) -> bool:
-    """Whether a library kernel imported and CUDA is present to run it."""
-    return kernel is not None and torch.cuda.is_available()
+def require_fused(choice: str, kernel: object, library: str) -> None:
+    """A config asking for the fused path needs the library kernel and CUDA."""
+    if choice == "fused" and (kernel is None or not torch.cuda.is_available()):
+        raise ValueError(f"kernel: 'fused' needs CUDA and {library}; allowed here: auto, reference")
 
 
 def pick_path(choice: str, x: torch.Tensor, kernel: object) -> str:

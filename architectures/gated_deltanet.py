@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig, GatedRMSNorm, fused_available, pick_path, short_conv
+from .backbone import ArchConfig, GatedRMSNorm, pick_path, require_fused, short_conv
 
 try:  # the fused kernels need CUDA at run time; importing them needs only triton
     with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
@@ -50,15 +50,12 @@ class GatedDeltaNetConfig(ArchConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("n_heads", "head_dim", "conv_size"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field}: must be >= 1, got {getattr(self, field)}")
+        self.require_at_least(1, "n_heads", "head_dim", "conv_size")
         if self.expand_v <= 0 or not float(self.head_dim * self.expand_v).is_integer():
             raise ValueError(
                 f"expand_v: head_dim * expand_v must be a positive integer, got {self.expand_v}"
             )
-        if self.kernel == "fused" and not fused_available(chunk_gated_delta_rule):
-            raise ValueError("kernel: 'fused' needs CUDA and fla; allowed here: auto, reference")
+        require_fused(self.kernel, chunk_gated_delta_rule, "fla")
 
     def state_size(self, seq_len: int) -> int:
         dv = int(self.head_dim * self.expand_v)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig, fused_available, pick_path
+from .backbone import ArchConfig, pick_path, require_fused
 
 try:
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
@@ -42,15 +42,9 @@ class MambaConfig(ArchConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("d_state", "d_conv", "expand"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field}: must be >= 1, got {getattr(self, field)}")
-        if self.dt_rank < 0:
-            raise ValueError(f"dt_rank: must be >= 0 (0 = auto), got {self.dt_rank}")
-        if self.kernel == "fused" and not fused_available(selective_scan_fn):
-            raise ValueError(
-                "kernel: 'fused' needs CUDA and mamba_ssm; allowed here: auto, reference"
-            )
+        self.require_at_least(1, "d_state", "d_conv", "expand")
+        self.require_at_least(0, "dt_rank")
+        require_fused(self.kernel, selective_scan_fn, "mamba_ssm")
 
     def state_size(self, seq_len: int) -> int:
         d_inner = self.expand * self.d_model

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig, fused_available, pick_path
+from .backbone import ArchConfig, pick_path, require_fused
 
 try:
     with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
@@ -52,11 +52,8 @@ class RWKV7Config(ArchConfig):
             raise ValueError(
                 f"head_dim: must be >= 1 and divide d_model ({self.d_model}), got {self.head_dim}"
             )
-        if self.low_rank_dim < 0:
-            raise ValueError(f"low_rank_dim: must be >= 0 (0 = fla's defaults), got "
-                             f"{self.low_rank_dim}")
-        if self.kernel == "fused" and not fused_available(chunk_rwkv7):
-            raise ValueError("kernel: 'fused' needs CUDA and fla; allowed here: auto, reference")
+        self.require_at_least(0, "low_rank_dim")
+        require_fused(self.kernel, chunk_rwkv7, "fla")
 
     def state_size(self, seq_len: int) -> int:
         return self.d_model * self.head_dim + self.d_model  # K x K per head + the shifted token

@@ -29,9 +29,7 @@ class TransformerConfig(ArchConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field, value in (("n_heads", self.n_heads), ("head_dim", self.head_dim)):
-            if value < 1:
-                raise ValueError(f"{field}: must be >= 1, got {value}")
+        self.require_at_least(1, "n_heads", "head_dim")
 
     def state_size(self, seq_len: int) -> int:
         return 2 * self.n_heads * self.head_dim * seq_len  # the key-value cache
