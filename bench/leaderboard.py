@@ -132,6 +132,8 @@ def plot(path: Path, title: str, summaries: list[tuple[dict[str, Any], SurvivalS
     import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(row["task"] for row, _ in summaries))  # one panel per task
+    archs = sorted({row["architecture"] for row, _ in summaries})
+    colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(archs)}  # same in each panel
     fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4.2), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for row, km in summaries:
@@ -139,7 +141,8 @@ def plot(path: Path, title: str, summaries: list[tuple[dict[str, Any], SurvivalS
                 continue
             steps = list(km.steps) + [row["budget"]]
             frac = list(km.emerged) + [km.emerged[-1]]
-            ax.step(steps, frac, where="post", label=f"{row['architecture']} (n={row['seeds']})")
+            ax.step(steps, frac, where="post", color=colour[row["architecture"]],
+                    label=f"{row['architecture']} (n={row['seeds']})")
         ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
                title=task if len(tasks) > 1 else title)
         ax.grid(alpha=0.3)
