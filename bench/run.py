@@ -21,10 +21,10 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 
 from architectures import ContractError, check_mixer
-from datamodules import build_task
+from datamodules import StateSequenceTask, build_task
 
 from .config import ConfigError, RunConfig
-from .emergence import EmergenceCallback
+from .emergence import EmergenceCallback, EmergenceTracker
 from .module import EmergenceModule
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
@@ -104,13 +104,22 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     start = time.perf_counter()
     trainer.fit(module, datamodule=task)
     wall = time.perf_counter() - start
+    callback.tracker.finish(cfg.train.max_steps)
+    result = summarise_run(cfg, task, module, trainer, callback.tracker, wall)
+    if trainer.is_global_zero:
+        write_json_atomic(run_dir / "result.json", result)
+    return result
 
-    tracker = callback.tracker
+
+def summarise_run(
+    cfg: RunConfig, task: StateSequenceTask, module: EmergenceModule, trainer: L.Trainer,
+    tracker: EmergenceTracker, wall: float,
+) -> dict[str, Any]:
+    """The contents of result.json."""
     steps = trainer.global_step
-    tracker.finish(cfg.train.max_steps)
     emerged = tracker.status == "emerged"
     tokens_per_step = cfg.train.batch_size * task.n_tokens
-    result = {
+    return {
         "job_id": cfg.job_id(),
         "status": tracker.status,
         "steps_to_emergence": tracker.step if emerged else None,
@@ -132,9 +141,6 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         "config": cfg.to_dict(),
         "versions": versions(),
     }
-    if trainer.is_global_zero:
-        write_json_atomic(run_dir / "result.json", result)
-    return result
 
 
 def kernel_path(module: EmergenceModule) -> str:
@@ -146,11 +152,5 @@ def kernel_path(module: EmergenceModule) -> str:
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")  # a diverged loss stays NaN
     os.replace(tmp, path)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return str(x)
