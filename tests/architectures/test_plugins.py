@@ -1,13 +1,11 @@
 """A user's own mixer: by dotted path or registration, checked by the contract before training."""
 
 import csv
-import sys
 import textwrap
 
 import pytest
 
 from architectures import ARCHITECTURES, ContractError, check_mixer, register, resolve
-from bench.cli import main
 from bench.config import ConfigError, load_run_config
 
 EXAMPLE = "examples.custom_mixer:CausalConvMixer"
@@ -42,16 +40,6 @@ BAD_MIXERS = textwrap.dedent('''
 ''')
 
 
-def bench(monkeypatch, capsys, *argv):
-    monkeypatch.setattr(sys, "argv", ["bench", *argv])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    return code, capsys.readouterr()
-
-
 def test_dotted_path_becomes_a_typed_config():
     cfg = load_run_config([f"arch.name={EXAMPLE}", "arch.kernel_size=6"])
     assert cfg.arch.kernel_size == 6 and cfg.arch.name == EXAMPLE
@@ -75,9 +63,9 @@ def test_registration_call():
         ARCHITECTURES.pop("causal_conv_test")
 
 
-def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, monkeypatch, capsys):
+def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, cli):
     out = tmp_path / "run"
-    code, _ = bench(monkeypatch, capsys, "run", *TINY, f"arch.name={EXAMPLE}",
+    code, _ = cli("run", *TINY, f"arch.name={EXAMPLE}",
                     "arch.kernel_size=8", "train.max_steps=50", "--out", str(out), "--no-progress")
     assert code == 0 and (out / "result.json").exists()
 
@@ -91,7 +79,7 @@ def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, monkeypatch
         seeds: 1
         train: {{max_steps: 40, eval_every: 20, eval_size: 64, batch_size: 16}}
     """))
-    code, _ = bench(monkeypatch, capsys, "sweep", str(spec))
+    code, _ = cli("sweep", str(spec))
     assert code == 0
     rows = list(csv.DictReader((tmp_path / "plug" / "leaderboard.csv").open()))
     assert f"{EXAMPLE}(d_model=32, kernel_size=8)" in {r["architecture"] for r in rows}
@@ -103,12 +91,11 @@ def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, monkeypatch
     ("NoSeqLen", "the constructor must take d_model, seq_len, layer_idx; missing layer_idx, "
                  "seq_len"),
 ])
-def test_contract_breakers_are_rejected_before_training(cls, message, tmp_path, monkeypatch,
-                                                        capsys):
+def test_contract_breakers_are_rejected_before_training(cls, message, tmp_path, monkeypatch, cli):
     (tmp_path / "bad_mixers.py").write_text(BAD_MIXERS)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "run"
-    code, captured = bench(monkeypatch, capsys, "run", "task.state_size=4", "task.n_states=3",
+    code, captured = cli("run", "task.state_size=4", "task.n_states=3",
                            f"arch.name=bad_mixers:{cls}", "--out", str(out))
     assert code == 2
     lines = captured.err.strip().splitlines()

@@ -6,7 +6,6 @@ import sys
 import pytest
 
 from architectures import ARCHITECTURES
-from bench.cli import main
 
 BAD_RUNS = [
     (["task.sparsty=2"], "task.sparsty: unknown key; allowed:"),
@@ -34,30 +33,23 @@ BAD_RUNS = [
 ]
 
 
-def invoke(monkeypatch, capsys, *argv):
-    monkeypatch.setattr(sys, "argv", ["bench", *argv])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    return exit_.value.code, capsys.readouterr()
-
-
 @pytest.mark.parametrize("overrides,message", BAD_RUNS)
-def test_bad_run_config(overrides, message, monkeypatch, capsys, tmp_path):
+def test_bad_run_config(overrides, message, cli, tmp_path):
     out = tmp_path / "run"
-    code, captured = invoke(monkeypatch, capsys, "run", *overrides, "--out", str(out))
+    code, captured = cli("run", *overrides, "--out", str(out))
     assert code == 2
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not out.exists()
 
 
-def test_bad_task_inspection(monkeypatch, capsys):
-    code, captured = invoke(monkeypatch, capsys, "task", "linear_map", "sparsity=9")
+def test_bad_task_inspection(cli):
+    code, captured = cli("task", "linear_map", "sparsity=9")
     assert code == 2 and captured.err.strip() == (
         "error: task.sparsity: must be in 1..state_size (6), got 9")
 
 
-def test_bad_sweep_specs(monkeypatch, capsys, tmp_path):
+def test_bad_sweep_specs(cli, tmp_path):
     cases = {
         "typo.yaml": ("name: x\ntask: {name: linear_map}\narchs: [{name: transformer}]\nseedz: 2\n",
                       "seedz: unknown key; allowed:"),
@@ -73,10 +65,10 @@ def test_bad_sweep_specs(monkeypatch, capsys, tmp_path):
     for name, (text, message) in cases.items():
         spec = tmp_path / name
         spec.write_text(text)
-        code, captured = invoke(monkeypatch, capsys, "sweep", str(spec))
+        code, captured = cli("sweep", str(spec))
         assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1
         assert not spec.with_suffix("").exists()
-    code, captured = invoke(monkeypatch, capsys, "sweep", str(tmp_path / "missing.yaml"))
+    code, captured = cli("sweep", str(tmp_path / "missing.yaml"))
     assert code == 2 and "no such sweep spec" in captured.err
 
 

@@ -2,11 +2,9 @@
 
 import json
 import math
-import sys
 
 import pytest
 
-from bench.cli import main
 from bench.config import load_run_config
 from bench.run import train
 
@@ -14,15 +12,12 @@ TINY = ["task.state_size=4", "task.sparsity=2", "task.n_states=3", "arch.d_model
         "train.eval_every=25", "train.eval_size=256", "train.warmup_steps=20"]
 
 
-def test_tiny_run_emerges_and_writes_its_result(tmp_path, monkeypatch, capsys):
+def test_tiny_run_emerges_and_writes_its_result(tmp_path, cli):
     out = tmp_path / "run"
-    argv = ["bench", "run", *TINY, "arch.name=mlp_mixer", "train.max_steps=800", "train.lr=3e-3",
-            "--out", str(out), "--json"]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    assert exit_.value.code in (0, None)
-    printed = json.loads(capsys.readouterr().out)
+    code, captured = cli("run", *TINY, "arch.name=mlp_mixer", "train.max_steps=800",
+                         "train.lr=3e-3", "--out", str(out), "--json")
+    assert code == 0
+    printed = json.loads(captured.out)
     result = json.loads((out / "result.json").read_text())
     assert printed == json.loads(json.dumps(result))
     assert result["status"] == "emerged"

@@ -1,11 +1,7 @@
 """A tiny sweep end to end: results, leaderboard files, resume, re-render."""
 
 import csv
-import sys
 
-import pytest
-
-from bench.cli import main
 from bench.sweep import expand, load_spec
 
 SPEC = """
@@ -17,14 +13,6 @@ archs:
 seeds: 2
 train: {max_steps: 60, eval_every: 20, eval_size: 128, batch_size: 32, lr: 0.003}
 """
-
-
-def bench(monkeypatch, *argv):
-    monkeypatch.setattr(sys, "argv", ["bench", *argv])
-    try:
-        main()
-    except SystemExit as e:
-        assert e.code in (0, None)
 
 
 def test_a_list_of_tasks_expands_task_by_task(tmp_path):
@@ -49,10 +37,10 @@ def test_job_ids_are_stable_and_distinct(tmp_path):
     assert ids == [j.job_id() for j in expand(load_spec(spec_path))]
 
 
-def test_sweep_writes_leaderboard_and_resumes(tmp_path, monkeypatch, capsys):
+def test_sweep_writes_leaderboard_and_resumes(tmp_path, cli):
     spec_path = tmp_path / "tiny.yaml"
     spec_path.write_text(SPEC)
-    bench(monkeypatch, "sweep", str(spec_path))
+    assert cli("sweep", str(spec_path))[0] == 0
     out = tmp_path / "tiny"
     results = sorted((out / "runs").glob("*/result.json"))
     assert len(results) == 4
@@ -68,19 +56,17 @@ def test_sweep_writes_leaderboard_and_resumes(tmp_path, monkeypatch, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in results}
     unfinished = results[0].parent
     (unfinished / "result.json").unlink()  # as if killed mid-run
-    bench(monkeypatch, "sweep", str(spec_path))
+    assert cli("sweep", str(spec_path))[0] == 0
     for p, stamp in stamps.items():
         assert p.exists()
         if p.parent != unfinished:
             assert p.stat().st_mtime_ns == stamp
 
     (out / "leaderboard.md").unlink()
-    bench(monkeypatch, "leaderboard", str(out))
+    assert cli("leaderboard", str(out))[0] == 0
     assert (out / "leaderboard.md").read_text().startswith("# tiny")
 
 
-def test_leaderboard_of_an_empty_directory_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bench", "leaderboard", str(tmp_path)])
-    with pytest.raises(SystemExit) as e:
-        main()
-    assert e.value.code == 2 and "no finished runs" in capsys.readouterr().err
+def test_leaderboard_of_an_empty_directory_is_a_clear_error(tmp_path, cli):
+    code, captured = cli("leaderboard", str(tmp_path))
+    assert code == 2 and "no finished runs" in captured.err
