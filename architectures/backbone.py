@@ -7,6 +7,7 @@ of (mixer, optional MLP) -> final norm -> LM head. A mixer maps (B, L, D) -> (B,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +49,15 @@ class ArchConfig:
         `pattern` is the task's (L, L) ground truth, for mixers that use it.
         """
         raise NotImplementedError
+
+
+@dataclass
+class RecurrentConfig(ArchConfig):
+    """Shared by the mixers that have a fused library kernel and a pure-torch reference."""
+
+    positional: bool = False
+    kernel: Literal["auto", "fused", "reference"] = "auto"
+    """auto: the library's fused kernel on CUDA, the pure-torch reference elsewhere"""
 
 
 class Block(nn.Module):

@@ -14,13 +14,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig, GatedRMSNorm, pick_path, require_fused, short_conv
+from .backbone import GatedRMSNorm, RecurrentConfig, pick_path, require_fused, short_conv
 
 try:  # the fused kernels need CUDA at run time; importing them needs only triton
     with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
@@ -32,9 +31,8 @@ except ImportError:  # pragma: no cover - fla-core is a core dependency
 
 
 @dataclass
-class GatedDeltaNetConfig(ArchConfig):
+class GatedDeltaNetConfig(RecurrentConfig):
     name: str = "gated_deltanet"
-    positional: bool = False
     n_heads: int = 2
     """heads H (fla: num_heads)"""
     head_dim: int = 32
@@ -45,8 +43,6 @@ class GatedDeltaNetConfig(ArchConfig):
     """kernel of the short causal convolutions on q, k, v"""
     allow_neg_eigval: bool = False
     """let beta reach 2, allowing negative eigenvalues of the state transition"""
-    kernel: Literal["auto", "fused", "reference"] = "auto"
-    """auto: fla's fused kernel on CUDA, the reference elsewhere"""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig, pick_path, require_fused
+from .backbone import RecurrentConfig, pick_path, require_fused
 
 try:
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
@@ -26,9 +25,8 @@ except ImportError:  # no CUDA extension here: the reference path runs
 
 
 @dataclass
-class MambaConfig(ArchConfig):
+class MambaConfig(RecurrentConfig):
     name: str = "mamba"
-    positional: bool = False
     d_state: int = 16
     """state size N per channel"""
     d_conv: int = 4
@@ -37,8 +35,6 @@ class MambaConfig(ArchConfig):
     """inner width as a multiple of d_model"""
     dt_rank: int = 0
     """rank of the step-size projection; 0 = ceil(d_model / 16) as in mamba_ssm"""
-    kernel: Literal["auto", "fused", "reference"] = "auto"
-    """auto: mamba_ssm's fused scan on CUDA, the reference elsewhere"""
 
     def __post_init__(self) -> None:
         super().__post_init__()

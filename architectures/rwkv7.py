@@ -15,13 +15,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig, pick_path, require_fused
+from .backbone import RecurrentConfig, pick_path, require_fused
 
 try:
     with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
@@ -36,15 +35,12 @@ CHUNK = 4  # fla's naive chunked op loops over chunk positions: small chunks are
 
 
 @dataclass
-class RWKV7Config(ArchConfig):
+class RWKV7Config(RecurrentConfig):
     name: str = "rwkv"
-    positional: bool = False
     head_dim: int = 16
     """size of each head (must divide d_model; heads = d_model / head_dim)"""
     low_rank_dim: int = 0
     """rank of the decay, in-context-rate, value and gate LoRAs; 0 = fla's defaults"""
-    kernel: Literal["auto", "fused", "reference"] = "auto"
-    """auto: fla's fused kernel on CUDA, the reference elsewhere"""
 
     def __post_init__(self) -> None:
         super().__post_init__()
