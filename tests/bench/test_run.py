@@ -59,3 +59,14 @@ def test_transformer_logs_attention_mass_on_the_parents(tmp_path):
     assert result["final_metrics"]["val/parent_mass"] > 0.99  # the bias hands it the pattern
     header = (tmp_path / "r" / "metrics.csv").read_text().splitlines()[0]
     assert "val/parent_mass_l0" in header and "val/parent_mass_l1" in header
+
+
+def test_a_run_whose_loss_goes_non_finite_is_diverged_and_stops(tmp_path):
+    cfg = load_run_config([*TINY, "train.lr=1e12", "train.grad_clip=0", "train.warmup_steps=0",
+                           "train.max_steps=200", "train.eval_every=10"])
+    result = train(cfg, tmp_path / "r", progress=False)
+    assert result["status"] == "diverged" and result["steps_to_emergence"] is None
+    assert result["steps"] < 200  # stopped at the first evaluation that saw it
+    assert math.isnan(result["final_metrics"]["val/loss"])
+    assert math.isnan(json.loads((tmp_path / "r" / "result.json").read_text())
+                      ["final_metrics"]["val/loss"])
