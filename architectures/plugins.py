@@ -22,7 +22,7 @@ from torch import nn
 
 from .backbone import ArchConfig
 
-FIELD_TYPES = (int, float, bool, str)
+FIELD_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 RESERVED = {"self", "d_model", "seq_len", "layer_idx"}
 
 
@@ -43,10 +43,8 @@ def config_for_module(cls: type[nn.Module], name: str) -> type[ArchConfig]:
     for p in params.values():
         if p.name in RESERVED or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
             continue
-        kind = p.annotation if p.annotation in FIELD_TYPES else None
-        if kind is None and isinstance(p.annotation, str) and p.annotation in ("int", "float",
-                                                                                "bool", "str"):
-            kind = {"int": int, "float": float, "bool": bool, "str": str}[p.annotation]
+        # a class, or its name as a string under `from __future__ import annotations`
+        kind = FIELD_TYPES.get(getattr(p.annotation, "__name__", p.annotation))
         if kind is None or p.default is inspect.Parameter.empty:
             raise ContractError(f"{name}: argument '{p.name}' needs a default and an int, "
                                 "float, bool or str annotation to become a config field")

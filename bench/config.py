@@ -91,8 +91,12 @@ class RunConfig:
 
     def job_id(self) -> str:
         """Stable content hash of the resolved config: the same job has the same id anywhere."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        return content_hash(self.to_dict(), 12)
+
+
+def content_hash(data: Any, length: int) -> str:
+    """Hex digest of `data` as canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:length]
 
 
 def _named_schema(raw: DictConfig, section: str, default: str) -> type:

@@ -8,8 +8,6 @@ emerged vs step, one curve per row).
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
 import math
 import statistics
 from dataclasses import fields
@@ -19,6 +17,7 @@ from typing import Any
 from architectures import ContractError, resolve
 from datamodules import TASKS
 
+from .config import content_hash
 from .stats import SurvivalSummary, kaplan_meier
 
 # The task fields every leaderboard row shows, default or not.
@@ -48,8 +47,7 @@ def _arch_schema(name: str) -> type | None:
 
 
 def group_key(result: dict[str, Any]) -> str:
-    config = {k: v for k, v in result["config"].items() if k != "seed"}
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
+    return content_hash({k: v for k, v in result["config"].items() if k != "seed"}, 10)
 
 
 def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
