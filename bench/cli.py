@@ -33,6 +33,8 @@ def run(
 
     run_dir = out or Path("runs") / cfg.job_id()
     result = train(cfg, run_dir, progress=progress and not json_)
+    if result is None:  # a rank other than 0 of a multi-device run: rank 0 reports
+        return
     if json_:
         print(json.dumps(result, indent=2, default=str))
     else:
@@ -47,27 +49,81 @@ def sweep(
     spec: Annotated[Path, typer.Argument(help="sweep spec (YAML)")],
     out: Annotated[Path | None, typer.Option(help="output directory [next to SPEC, no .yaml]")]
     = None,
+    executor: Annotated[str, typer.Option(help="local, processes, slurm or ray")] = "local",
+    workers: Annotated[int | None, typer.Option(
+        help="concurrent jobs [processes: #GPUs, else #cores; slurm/ray: 4]")] = None,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", "-O", help="executor option key=value, e.g. -O slurm_partition=gpu")] = None,
+    progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
-    """Run every seed of every architecture in SPEC (skipping finished jobs), then the table."""
+    """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
     from .sweep import load_spec, run_sweep
 
     parsed = load_spec(spec)
     out = out or spec.with_suffix("")
-    results = run_sweep(parsed, out)
-    _render(out, parsed.name, results)
+    options = _options(option or [])
+    counts = run_sweep(parsed, out, executor, workers or _default_workers(executor), options,
+                       progress)
+    title, results = _read(out)
+    if results:
+        _render(out, title, results)
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"sweep {parsed.name}: {summary}; results in {out}/results.sqlite")
+    if counts["failed"]:
+        print(f"error: {counts['failed']} job(s) failed; `bench status {out}` lists them, "
+              "a rerun retries them", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+def _options(items: list[str]) -> dict:
+    from omegaconf import OmegaConf
+
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"-O {item}: expected key=value")
+    return OmegaConf.to_container(OmegaConf.from_dotlist(items))
+
+
+def _default_workers(executor: str) -> int:
+    if executor == "local":
+        return 1
+    if executor == "processes":
+        import os
+
+        import torch
+
+        return torch.cuda.device_count() or os.cpu_count() or 1
+    return 4
 
 
 @app.command()
 def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output directory")]):
-    """Re-render leaderboard.md, leaderboard.csv and emergence.png from stored results."""
+    """Re-render leaderboard.md, leaderboard.csv and emergence.png from the results database."""
+    title, results = _read(directory)
+    if not results:
+        raise ConfigError(f"{directory}: no finished runs in {directory}/results.sqlite")
+    _render(directory, title, results)
+
+
+@app.command()
+def status(
+    directory: Annotated[Path, typer.Argument(help="a sweep's output directory")],
+    json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
+) -> None:
+    """Where a sweep stands: jobs per status, per configuration, failures, live or not, ETA."""
+    from .status import sweep_status
+
+    report = sweep_status(directory)
+    print(json.dumps(report, indent=2) if json_ else report["text"])
+
+
+def _read(directory: Path):
+    from .results import ResultsDB
     from .sweep import read_results
 
-    results = read_results(directory)
-    if not results:
-        raise ConfigError(f"{directory}: no finished runs under {directory}/runs/")
-    spec = directory / "spec.json"
-    title = json.loads(spec.read_text())["name"] if spec.exists() else directory.name
-    _render(directory, title, results)
+    if not (directory / ResultsDB.FILENAME).is_file():
+        raise ConfigError(f"{directory}: no results database ({ResultsDB.FILENAME}) here")
+    return read_results(directory)
 
 
 def _render(out: Path, title: str, results: list[dict]) -> None:

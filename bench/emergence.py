@@ -128,6 +128,7 @@ class EmergenceCallback(Callback):
         value = float(metrics[self.tracker.criterion.metric])
         if not math.isfinite(float(metrics.get("train/loss", 0.0))):
             value = math.nan
+        value = trainer.strategy.broadcast(value, src=0)  # every rank takes rank 0's decision
         status = self.tracker.update(trainer.global_step, value, time.perf_counter() - self._t0)
         if status == "diverged" or (status == "emerged" and self.tracker.criterion.stop_early):
             trainer.should_stop = True

@@ -1,8 +1,9 @@
 """Leaderboards: group finished jobs by (task, architecture) config and summarise their seeds.
 
-Rows are built from the emergence records in each `result.json`; nothing is re-derived from the
-curves. Written as `leaderboard.md`, `leaderboard.csv` and `emergence.png` (fraction of seeds
-emerged vs step, one curve per row).
+Rows are built from the emergence records of each finished job; nothing is re-derived from the
+curves. With a learning-rate grid, each configuration is shown at its best rate. Written as
+`leaderboard.md`, `leaderboard.csv` and `emergence.png` (fraction of seeds emerged vs step, one
+curve per row).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ TASK_FIELDS = ("state_size", "sparsity", "n_cells", "n_colors", "n_rules", "n_st
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
     "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "params",
-    "state_per_layer",
-    "steps_per_s", "config",
+    "state_per_layer", "steps_per_s", "config", "lr", "lr_grid",
 ]
 
 
@@ -46,25 +46,36 @@ def _arch_schema(name: str) -> type | None:
         return None
 
 
-def group_key(result: dict[str, Any]) -> str:
-    return content_hash({k: v for k, v in result["config"].items() if k != "seed"}, 10)
+def row_labels(config: dict[str, Any]) -> tuple[str, str]:
+    """(task, architecture) as the leaderboard shows them."""
+    return (label(config["task"], TASKS[config["task"]["name"]][0], TASK_FIELDS),
+            label(config["arch"], _arch_schema(config["arch"]["name"])))
+
+
+def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> str:
+    """Hash of a job's config less the seed: one leaderboard row per value."""
+    config = {k: v for k, v in config.items() if k not in without}
+    if "lr" in without:
+        config["train"] = {k: v for k, v in config["train"].items() if k != "lr"}
+    return content_hash(config, 10)
 
 
 def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
-    """One (row, KM summary) per configuration, ranked."""
+    """One (row, KM summary) per configuration and learning rate, ranked."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in results:
-        groups.setdefault(group_key(r), []).append(r)
+        groups.setdefault(group_key(r["config"]), []).append(r)
     rows = []
     for key, runs in groups.items():
         config = runs[0]["config"]
+        task, arch = row_labels(config)
         times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
                  for r in runs]
         km = kaplan_meier(times, [r["status"] == "emerged" for r in runs])
         widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
         rows.append(({
-            "task": label(config["task"], TASKS[config["task"]["name"]][0], TASK_FIELDS),
-            "architecture": label(config["arch"], _arch_schema(config["arch"]["name"])),
+            "task": task,
+            "architecture": arch,
             "seeds": len(runs),
             "emerged": km.events,
             "diverged": sum(r["status"] == "diverged" for r in runs),
@@ -79,10 +90,30 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "state_per_layer": runs[0].get("state_per_layer"),
             "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
             "config": key,
+            "lr": config["train"]["lr"],
+            "lr_grid": "",
+            "family": group_key(config, ("seed", "lr")),
             "budget": max(r["budget_steps"] for r in runs),
         }, km))
     # ranked: within a task, higher solve rate first, then lower median steps
     return sorted(rows, key=lambda rk: (rk[0]["task"], -rk[0]["solve_rate"], rk[0]["median_steps"]))
+
+
+def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):
+    """Each configuration at its best learning rate: the lowest KM median steps-to-emergence,
+    then the higher solve rate, then the smaller lr. `lr_grid` lists the rates tried."""
+    families: dict[str, list[tuple[dict[str, Any], SurvivalSummary]]] = {}
+    for row, km in summaries:
+        families.setdefault(row["family"], []).append((row, km))
+    chosen = []
+    for members in families.values():
+        row, km = min(members, key=lambda rk: (rk[0]["median_steps"], -rk[0]["solve_rate"],
+                                               rk[0]["lr"]))
+        if len(members) > 1:
+            row["lr_grid"] = " ".join(f"{m['lr']:g}" for m, _ in
+                                      sorted(members, key=lambda rk: rk[0]["lr"]))
+        chosen.append((row, km))
+    return [rk for rk in summaries if any(rk[0] is c[0] for c in chosen)]
 
 
 def _steps(x: float) -> str:
@@ -91,15 +122,16 @@ def _steps(x: float) -> str:
     return "never" if math.isinf(x) else f"{x:.0f}"
 
 
-def to_markdown(title: str, rows: list[dict[str, Any]]) -> str:
-    header = ["task", "architecture", "solved", "median steps [95% CI]", "quartiles",
-              "width", "params", "state/layer", "steps/s", "config"]
-    lines = [f"# {title}", "", "| " + " | ".join(header) + " |",
-             "|" + "---|" * len(header)]
+def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
+    header = ["task", "architecture", *(["lr"] if lr_column else []), "solved",
+              "median steps [95% CI]", "quartiles", "width", "params", "state/layer", "steps/s",
+              "config"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         ci = f"[{_steps(r['median_ci_low'])}, {_steps(r['median_ci_high'])}]"
+        lr = f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")
         cells = [
-            r["task"], f"`{r['architecture']}`",
+            r["task"], f"`{r['architecture']}`", *([lr] if lr_column else []),
             f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
             f"{_steps(r['median_steps'])} {ci}",
             f"{_steps(r['q1_steps'])}-{_steps(r['q3_steps'])}",
@@ -109,10 +141,20 @@ def to_markdown(title: str, rows: list[dict[str, Any]]) -> str:
             f"`{r['config']}`",
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never "
-              "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
-              "seeds emerged). Width: median steps from the end of the plateau to the rise.",
-              "", "![emergence curves](emergence.png)", ""]
+    return lines
+
+
+def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]]) -> str:
+    grid = len(every_lr) > len(rows)
+    lines = [f"# {title}", "", *_table(rows, grid), "",
+             "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never "
+             "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
+             "seeds emerged). Width: median steps from the end of the plateau to the rise."]
+    if grid:
+        lines += ["", "Each architecture is shown at its best learning rate (lowest median "
+                  "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "
+                  "rates in brackets. Every rate:", "", *_table(every_lr, True)]
+    lines += ["", "![emergence curves](emergence.png)", ""]
     return "\n".join(lines)
 
 
@@ -154,9 +196,10 @@ def plot(path: Path, title: str, summaries: list[tuple[dict[str, Any], SurvivalS
 
 def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]]) -> list[dict]:
     """Write the table (md, csv) and plot for `results` into `out`; return the rows."""
-    summaries = summarise(results)
+    every_lr = summarise(results)
+    summaries = best_lr(every_lr)
     rows = [row for row, _ in summaries]
-    (out / "leaderboard.md").write_text(to_markdown(title, rows))
+    (out / "leaderboard.md").write_text(to_markdown(title, rows, [r for r, _ in every_lr]))
     write_csv(out / "leaderboard.csv", rows)
     plot(out / "emergence.png", title, summaries)
     return rows

@@ -54,17 +54,17 @@ class EmergenceModule(L.LightningModule):
         B = targets.shape[0]
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         preds = logits.argmax(-1)
-        self.val_loss.update(loss)
+        self.val_loss.update(loss, weight=B)  # exact global mean when ranks' shares differ
         self.val_token_acc.update(preds.flatten(), targets.flatten())
         states = (B * targets.shape[1] // self.state_size, self.state_size)  # (B*(T-1), S)
         self.val_exact_acc.update(preds.reshape(states), targets.reshape(states))
-        metrics = {"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
-                   "val/exact_acc": self.val_exact_acc}
+        self.log_dict({"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
+                       "val/exact_acc": self.val_exact_acc}, batch_size=B)  # synced by torchmetrics
         if self.attention:
             mass = torch.stack([self.parent_mass(m.last_attention) for m in self.attention])
-            metrics["val/parent_mass"] = mass.max()
-            metrics.update({f"val/parent_mass_l{i}": v for i, v in enumerate(mass)})
-        self.log_dict(metrics, batch_size=B)
+            mass = {"val/parent_mass": mass.max(),
+                    **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
+            self.log_dict(mass, batch_size=B, sync_dist=self.trainer.world_size > 1)
 
     def parent_mass(self, probs: torch.Tensor) -> torch.Tensor:
         """Attention probs (B, H, L, L) -> max over heads of the mean mass on the parents."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 
 from architectures import ContractError, check_mixer
@@ -58,7 +59,7 @@ def chance_and_solved(metric: str, vocab_size: int) -> tuple[float, float]:
     return 0.0, 1.0  # exact-state accuracy: chance is V^-S, indistinguishable from 0
 
 
-def build_trainer(cfg: RunConfig, run_dir: Path, callback: EmergenceCallback, progress: bool):
+def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool):
     options: dict[str, Any] = {
         "accelerator": "cpu",
         "devices": 1,
@@ -76,7 +77,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callback: EmergenceCallback, pr
             check_val_every_n_epoch=None,
             gradient_clip_val=cfg.train.grad_clip or None,
             logger=CSVLogger(run_dir, name="", version=""),
-            callbacks=[callback],
+            callbacks=callbacks,
             default_root_dir=run_dir,
             **options,
         )
@@ -84,8 +85,12 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callback: EmergenceCallback, pr
         raise ConfigError(f"trainer: {str(e).splitlines()[0]}") from None
 
 
-def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any]:
-    """Train `cfg`, write `run_dir/result.json` and return it."""
+def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:
+    """Train `cfg`, write `run_dir/result.json` and return it (None on ranks other than 0).
+
+    The result is assembled where rank 0 trains, so every Lightning launcher works: in this
+    process, in processes `ddp` starts by rerunning the command, or in `ddp_spawn` children.
+    """
     quiet_lightning()
     run_dir = Path(run_dir)
     task = build_task(
@@ -98,17 +103,36 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     L.seed_everything(cfg.seed, verbose=False)
     module = EmergenceModule(cfg.arch, cfg.train, task)
     chance, solved = chance_and_solved(cfg.emergence.metric, task.vocab_size)
-    callback = EmergenceCallback(cfg.emergence, chance, solved)
-    trainer = build_trainer(cfg, run_dir, callback, progress)
-
-    start = time.perf_counter()
+    emergence = EmergenceCallback(cfg.emergence, chance, solved)
+    recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
+    trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress)
+    for size, name in ((cfg.train.batch_size, "batch_size"), (cfg.train.eval_size, "eval_size")):
+        if size % trainer.world_size:
+            raise ConfigError(f"train.{name}: {size} does not split over "
+                              f"{trainer.world_size} devices; use a multiple of it")
     trainer.fit(module, datamodule=task)
-    wall = time.perf_counter() - start
-    callback.tracker.finish(cfg.train.max_steps)
-    result = summarise_run(cfg, task, module, trainer, callback.tracker, wall)
-    if trainer.is_global_zero:
-        write_json_atomic(run_dir / "result.json", result)
-    return result
+    if not trainer.is_global_zero:
+        return None
+    return json.loads((run_dir / "result.json").read_text())
+
+
+class RunRecorder(Callback):
+    """Times the run and, on rank 0, writes result.json when training ends."""
+
+    def __init__(self, cfg: RunConfig, task: StateSequenceTask, tracker: EmergenceTracker,
+                 run_dir: Path):
+        self.cfg, self.task, self.tracker, self.run_dir = cfg, task, tracker, run_dir
+        self._t0 = time.perf_counter()
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.tracker.finish(self.cfg.train.max_steps)
+        if trainer.is_global_zero:
+            wall = time.perf_counter() - self._t0
+            result = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall)
+            write_json_atomic(self.run_dir / "result.json", result)
 
 
 def summarise_run(

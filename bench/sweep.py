@@ -1,14 +1,21 @@
-"""Sweeps: a YAML spec of one task x architectures x seeds, expanded into jobs and run in turn.
+"""Sweeps: a YAML spec expanded into jobs, run by an executor, recorded in one SQLite database.
 
-Every job is validated before the first one trains. A job whose directory already holds a
-`result.json` is skipped, so rerunning a sweep resumes it; an unfinished job directory is
-cleared and the job rerun.
+Grids: any field of a task or an architecture entry may be a list (the cartesian product is
+taken), `seeds` is a count or a list, and `train.lr` may be a list (the leaderboard then reports
+each architecture at its best learning rate). Every job is validated before anything is written,
+and its id is a hash of its resolved config.
+
+Resume: a job whose row is finished is skipped; rows left `running` by a killed sweep, and failed
+ones, run again. One sweep at a time per directory (an advisory lock that dies with its process).
 """
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import json
-import shutil
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm.auto import tqdm
 
 from .config import ConfigError, RunConfig, build_section, load_run_config
+from .results import FINISHED, ResultsDB
 
 
 @dataclass
@@ -25,26 +33,60 @@ class SweepSpec:
     name: str = "sweep"
     """title of the leaderboard"""
     task: Any = None
-    """the task section of every job (task.name and its fields), or a list of them"""
-    archs: list[dict[str, Any]] = field(default_factory=list)
-    """one architecture section per leaderboard row"""
-    seeds: int = 4
-    """seeds 0 .. seeds-1 for every architecture"""
+    """a task section (task.name and its fields; a list value is a grid), or a list of them"""
+    archs: list[Any] = field(default_factory=list)
+    """architecture sections (a list value is a grid); each resolved config is a leaderboard row"""
+    seeds: Any = 4
+    """a count (seeds 0 .. n-1) or a list of seeds, for every configuration"""
     train: dict[str, Any] = field(default_factory=dict)
+    """training fields; `lr` may be a list (a grid: the best per architecture is reported)"""
     emergence: dict[str, Any] = field(default_factory=dict)
     trainer: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise ValueError(f"seeds: must be >= 1, got {self.seeds}")
         if not self.archs:
             raise ValueError("archs: must list at least one architecture")
+        if not all(isinstance(a, dict) for a in self.archs):
+            raise ValueError("archs: every entry must be a mapping with a name")
         if not self.tasks or not all(isinstance(t, dict) for t in self.tasks):  # None too
             raise ValueError("task: must be a mapping or a non-empty list of mappings")
+        self.seed_list()  # validates
+        for key, value in self.train.items():
+            if isinstance(value, list) and key != "lr":
+                raise ValueError(f"train.{key}: only train.lr may be a list (a grid)")
+        if self.train.get("lr") == []:
+            raise ValueError("train.lr: an empty grid; give a number or a non-empty list")
 
     @property
     def tasks(self) -> list[dict[str, Any]]:
         return self.task if isinstance(self.task, list) else [self.task]
+
+    def seed_list(self) -> list[int]:
+        seeds = self.seeds
+        if isinstance(seeds, bool) or not isinstance(seeds, int | list):
+            raise ValueError(f"seeds: must be a count or a list of seeds, got {seeds!r}")
+        if isinstance(seeds, int):
+            if seeds < 1:
+                raise ValueError(f"seeds: must be >= 1, got {seeds}")
+            return list(range(seeds))
+        if not seeds:
+            raise ValueError("seeds: an empty list; give a count or at least one seed")
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            raise ValueError(f"seeds: every seed must be an integer >= 0, got {seeds}")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds: listed twice in {seeds}")
+        return list(seeds)
+
+
+def grid(section: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The cartesian product of a section whose values may be lists."""
+    axes = []
+    for key, value in section.items():
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ConfigError(f"{where}.{key}: an empty grid; give a value or a non-empty list")
+        axes.append([(key, v) for v in values])
+    return [dict(combo) for combo in itertools.product(*axes)]
 
 
 def load_spec(path: Path | str) -> SweepSpec:
@@ -55,53 +97,153 @@ def load_spec(path: Path | str) -> SweepSpec:
         raw = OmegaConf.load(path)
     except (OmegaConfBaseException, ValueError) as e:  # YAML syntax errors land here too
         raise ConfigError(f"{path}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict) and not OmegaConf.is_dict(raw):
+        raise ConfigError(f"{path}: a sweep spec is a mapping (name, task, archs, seeds, ...)")
     return build_section(SweepSpec, raw, "")
 
 
 def expand(spec: SweepSpec) -> list[RunConfig]:
-    """All jobs of the spec, validated, in (task, architecture, seed) order."""
+    """All jobs of the spec, validated, in (task, architecture, lr, seed) order."""
+    lrs = spec.train.get("lr")
+    lrs = lrs if isinstance(lrs, list) else [lrs]
     jobs = []
-    for task in spec.tasks:
-        for i, arch in enumerate(spec.archs):
-            for seed in range(spec.seeds):
-                overrides = {"task": task, "arch": arch, "train": spec.train,
-                             "emergence": spec.emergence, "trainer": spec.trainer, "seed": seed}
-                try:
-                    jobs.append(load_run_config(overrides))
-                except ConfigError as e:
-                    where = f"archs[{i}]: " if str(e).startswith("arch.") else ""
-                    raise ConfigError(f"{where}{e}") from None
+    for t, task_section in enumerate(spec.tasks):
+        for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
+            for i, arch_section in enumerate(spec.archs):
+                for arch in grid(arch_section, f"archs[{i}]"):
+                    for lr in lrs:
+                        train = {**spec.train, **({"lr": lr} if lr is not None else {})}
+                        for seed in spec.seed_list():
+                            jobs.append(_job(task, arch, train, spec, seed, i))
+    check_sweep_trainer(spec.trainer)
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError("archs: two entries resolve to the same architecture config")
     return jobs
 
 
-def run_sweep(spec: SweepSpec, out: Path, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every unfinished job of `spec` under `out/runs/<job id>/`; return all results."""
-    from .run import train, write_json_atomic  # Lightning is imported only when training
+def check_sweep_trainer(trainer: dict[str, Any]) -> None:
+    """A multi-device job in a sweep must start its ranks itself (a `*spawn` strategy): `ddp`
+    would rerun the whole sweep command once per rank."""
+    devices = trainer.get("devices", 1)
+    many = (devices in (-1, "-1", "auto") or (isinstance(devices, int) and devices > 1)
+            or (isinstance(devices, list | str) and len(str(devices).split(",")) > 1))
+    strategy = str(trainer.get("strategy", "auto"))
+    if many and "spawn" not in strategy:
+        raise ConfigError(f"trainer.strategy: '{strategy}' with several devices relaunches the "
+                          "command per rank, which a sweep cannot; use ddp_spawn in sweeps")
 
+
+def _job(task, arch, train, spec, seed, i) -> RunConfig:
+    overrides = {"task": task, "arch": arch, "train": train, "emergence": spec.emergence,
+                 "trainer": spec.trainer, "seed": seed}
+    try:
+        return load_run_config(overrides)
+    except ConfigError as e:
+        where = f"archs[{i}]: " if str(e).startswith("arch.") else ""
+        raise ConfigError(f"{where}{e}") from None
+
+
+# --- running ---------------------------------------------------------------------------------
+class SweepLock:
+    """An advisory lock on `out/.lock`: one live sweep per directory; released when it dies."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> SweepLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise ConfigError(f"{self.path.parent}: another sweep (pid {holder}) is running "
+                              "in this directory") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # closing releases the lock
+
+    @staticmethod
+    def held(out: Path) -> bool:
+        path = out / ".lock"
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+
+def check_out_dir(out: Path) -> None:
+    """`out` is, or can be created as, a writable directory: checked before anything is written."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"--out: {out} cannot be created ({probe} is not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: {out} is not writable ({probe} is read-only)")
+    db = out / ResultsDB.FILENAME
+    if db.exists():  # refuse a corrupt or foreign database before touching anything
+        ResultsDB(db).close()
+
+
+def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
+              options: dict[str, Any] | None = None, progress: bool = True) -> dict[str, int]:
+    """Run every unfinished job of `spec` into `out`; return the counts per status."""
+    from .executors import resolve_executor
+
+    options = options or {}
+    out = out.absolute()
     jobs = expand(spec)
+    runner = resolve_executor(executor, workers, options)
+    check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "spec.json", OmegaConf.to_container(OmegaConf.structured(spec)))
-    results = []
-    bar = tqdm(jobs, desc=spec.name, unit="job", disable=not progress)
-    for job in bar:
-        run_dir = out / "runs" / job.job_id()
-        done = run_dir / "result.json"
-        if not done.exists():
-            shutil.rmtree(run_dir, ignore_errors=True)
-            train(job, run_dir, progress=False)
-        results.append(read_result(done))
-        emerged = sum(r["status"] == "emerged" for r in results)
-        bar.set_postfix(emerged=f"{emerged}/{len(results)}")
-    return results
+    with SweepLock(out):
+        db = ResultsDB(out / ResultsDB.FILENAME, create=True)
+        try:
+            db.sync(jobs, {"name": spec.name, "executor": executor, "workers": workers,
+                           "started_at": time.time(), "total": len(jobs),
+                           "spec": OmegaConf.to_container(OmegaConf.structured(spec))})
+            db.requeue_interrupted()
+            todo = [json_config(r) for r in db.rows("in_spec = 1 AND status = 'pending'")]
+            counts = db.counts()
+            done = sum(counts[s] for s in FINISHED)
+            bar = tqdm(total=len(jobs), initial=done, desc=spec.name, unit="job",
+                       disable=not progress, dynamic_ncols=True)
+            emerged, failed = counts["emerged"], 0
+            for summary in runner(todo, out, workers, options):
+                emerged += summary["status"] == "emerged"
+                failed += summary["status"] == "failed"
+                bar.update(1)
+                bar.set_postfix(emerged=emerged, failed=failed, refresh=False)
+                if summary["status"] == "failed":
+                    bar.write(f"job {summary['id']} failed: {summary['error']}")
+            bar.close()
+            return db.counts()
+        finally:
+            db.close()
 
 
-def read_result(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+def json_config(row: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(row["config"])
 
 
-def read_results(out: Path) -> list[dict[str, Any]]:
-    """Every finished job under `out/runs/`."""
-    return [read_result(p) for p in sorted((out / "runs").glob("*/result.json"))]
+def read_results(out: Path) -> tuple[str, list[dict[str, Any]]]:
+    """The sweep's title and the result of every finished job of its current spec."""
+    db = ResultsDB(out / ResultsDB.FILENAME)
+    try:
+        return db.meta("name", out.name), db.results()
+    finally:
+        db.close()

@@ -1,9 +1,10 @@
 """What every task shares: a sequence of T states of S tokens, scored from the second state on.
 
 A task is a pure batch generator plus a `LightningDataModule` that adds seeds, devices and the
-Lightning hooks. Batches are drawn on the training device from (data seed, rank, step), so nothing
-is read from disk and no worker processes are needed. The evaluation set is one fixed batch drawn
-from a seed stream disjoint from training.
+Lightning hooks. Batches are drawn on the training device from (data seed, step), so nothing is
+read from disk and no worker processes are needed. With several devices each rank takes its share
+of the same global batch, so a step is the same data whatever the device count. The evaluation
+set is one fixed batch drawn from a seed stream disjoint from training.
 
 Positions are those of the model input: a sequence of n = S*T tokens gives L = n - 1 input
 positions, and the output at position p predicts token p + 1.
@@ -68,7 +69,7 @@ class StateSequenceTask(L.LightningDataModule):
         self.batch_size = batch_size
         self.eval_size = eval_size
         self.seed = seed
-        self._eval: Batch | None = None
+        self._eval: torch.Tensor | None = None
 
     # --- what a concrete task defines -------------------------------------------------------
     state_size: int
@@ -126,16 +127,17 @@ class StateSequenceTask(L.LightningDataModule):
             tokens[:, self.state_size :] = noise[:, self.state_size :]
         return tokens
 
-    def train_batch(self, step: int, device: torch.device, rank: int = 0) -> Batch:
-        gen = make_generator(self.seed, TRAIN_STREAM, step * 65536 + rank, device)
-        return split_tokens(self.draw(self.batch_size, gen))
+    def train_batch(self, step: int, device: torch.device, rank: int = 0, world: int = 1) -> Batch:
+        """This rank's rows of step `step`'s global batch: any device count sees the same data."""
+        gen = make_generator(self.seed, TRAIN_STREAM, step, device)
+        return split_tokens(self.draw(self.batch_size, gen).tensor_split(world)[rank])
 
-    def eval_batch(self, device: torch.device) -> Batch:
-        """The fixed held-out set (same for every seed), cached on `device`."""
-        if self._eval is None or self._eval.inputs.device != device:
+    def eval_batch(self, device: torch.device, rank: int = 0, world: int = 1) -> Batch:
+        """This rank's rows of the fixed held-out set (same for every seed), cached on `device`."""
+        if self._eval is None or self._eval.device != device:
             gen = make_generator(self.config.task_seed, EVAL_STREAM, 0, device)
-            self._eval = split_tokens(self.draw(self.eval_size, gen))
-        return self._eval
+            self._eval = self.draw(self.eval_size, gen)
+        return split_tokens(self._eval.tensor_split(world)[rank])
 
     # --- Lightning hooks: the loaders yield step indices; batches are made on the device ------
     def train_dataloader(self):
@@ -145,7 +147,8 @@ class StateSequenceTask(L.LightningDataModule):
         return [0]
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Batch:
-        device = self.trainer.strategy.root_device
-        if self.trainer.training:
-            return self.train_batch(int(batch), device, self.trainer.global_rank)
-        return self.eval_batch(device)
+        trainer = self.trainer
+        where = (trainer.strategy.root_device, trainer.global_rank, trainer.world_size)
+        if trainer.training:
+            return self.train_batch(int(batch), *where)
+        return self.eval_batch(*where)

@@ -1,72 +1,110 @@
-"""A tiny sweep end to end: results, leaderboard files, resume, re-render."""
+"""Sweeps end to end: grids, the results database, leaderboard files, resume, status."""
 
 import csv
+import math
+import sqlite3
 
+from bench.leaderboard import best_lr, summarise
 from bench.sweep import expand, load_spec
 
-SPEC = """
-name: tiny
-task: {name: linear_map, state_size: 4, sparsity: 1, n_states: 3}
-archs:
-  - {name: transformer, d_model: 32, n_layers: 1}
-  - {name: mlp_mixer, d_model: 32, n_layers: 1}
-seeds: 2
-train: {max_steps: 60, eval_every: 20, eval_size: 128, batch_size: 32, lr: 0.003}
-"""
 
-
-def test_a_list_of_tasks_expands_task_by_task(tmp_path):
-    spec_path = tmp_path / "s.yaml"
-    spec_path.write_text(SPEC.replace(
-        "task: {name: linear_map, state_size: 4, sparsity: 1, n_states: 3}",
-        "task: [{name: linear_map}, {name: cellular_automaton, n_colors: 2}]"))
-    jobs = expand(load_spec(spec_path))
-    assert [(j.task.name, j.arch.name, j.seed) for j in jobs][:5] == [
-        ("linear_map", "transformer", 0), ("linear_map", "transformer", 1),
-        ("linear_map", "mlp_mixer", 0), ("linear_map", "mlp_mixer", 1),
-        ("cellular_automaton", "transformer", 0)]
-    assert len(jobs) == 8
-
-
-def test_job_ids_are_stable_and_distinct(tmp_path):
-    spec_path = tmp_path / "s.yaml"
-    spec_path.write_text(SPEC)
-    jobs = expand(load_spec(spec_path))
+def test_grids_expand_to_the_cartesian_product_in_a_fixed_order(spec_file):
+    path = spec_file(
+        task=[{"name": "linear_map", "state_size": 4, "sparsity": [1, 2]},
+              {"name": "cellular_automaton", "n_colors": 2}],
+        archs=[{"name": "transformer", "d_model": 32, "n_heads": [1, 2]}, {"name": "mlp_mixer"}],
+        seeds=[3, 7], train={"lr": [0.001, 0.003]})
+    jobs = expand(load_spec(path))
+    assert len(jobs) == 3 * 3 * 2 * 2  # tasks x archs x lrs x seeds
+    first = [(j.task.sparsity, j.arch.name, getattr(j.arch, "n_heads", None), j.train.lr, j.seed)
+             for j in jobs[:6]]
+    assert first == [(1, "transformer", 1, 0.001, 3), (1, "transformer", 1, 0.001, 7),
+                     (1, "transformer", 1, 0.003, 3), (1, "transformer", 1, 0.003, 7),
+                     (1, "transformer", 2, 0.001, 3), (1, "transformer", 2, 0.001, 7)]
+    assert jobs[-1].task.name == "cellular_automaton" and jobs[-1].arch.name == "mlp_mixer"
     ids = [j.job_id() for j in jobs]
-    assert len(ids) == 4 == len(set(ids))
-    assert ids == [j.job_id() for j in expand(load_spec(spec_path))]
+    assert len(set(ids)) == len(ids)
+    assert ids == [j.job_id() for j in expand(load_spec(path))]  # stable
+    # the id is the config's: the same job listed by another spec has the same id
+    alone = spec_file("alone", task={"name": "linear_map", "state_size": 4, "sparsity": 1},
+                      archs=[{"name": "transformer", "d_model": 32, "n_heads": 1}], seeds=[3],
+                      train={"lr": 0.001})
+    assert expand(load_spec(alone))[0].job_id() == ids[0]
 
 
-def test_sweep_writes_leaderboard_and_resumes(tmp_path, cli):
-    spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(SPEC)
-    assert cli("sweep", str(spec_path))[0] == 0
-    out = tmp_path / "tiny"
-    results = sorted((out / "runs").glob("*/result.json"))
-    assert len(results) == 4
+def _result(lr: float, seed: int, step: int | None, budget: int = 100) -> dict:
+    return {"config": {"task": {"name": "linear_map", "state_size": 4}, "seed": seed,
+                       "arch": {"name": "transformer"}, "train": {"lr": lr}},
+            "status": "emerged" if step else "censored", "steps_to_emergence": step,
+            "budget_steps": budget, "transition_width": None, "n_params": 10,
+            "state_per_layer": 1, "steps_per_s": 1.0}
+
+
+def test_each_architecture_is_reported_at_its_best_learning_rate():
+    results = ([_result(0.01, s, st) for s, st in enumerate([None, None, 40])]  # median never
+               + [_result(0.003, s, st) for s, st in enumerate([50, 60, 70])]  # median 60
+               + [_result(0.001, s, st) for s, st in enumerate([60, 80, 90])])  # median 80
+    every = summarise(results)
+    assert len(every) == 3
+    [(row, km)] = best_lr(every)
+    assert row["lr"] == 0.003 and row["median_steps"] == 60 and row["lr_grid"] == "0.001 0.003 0.01"
+    assert math.isinf(next(r for r, _ in every if r["lr"] == 0.01)["median_steps"])
+
+
+def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
+    path = spec_file(train={**load_spec(spec_file()).train, "lr": [0.003, 0.01]})
+    assert cli("sweep", str(path), "--no-progress")[0] == 0
+    out = path.with_suffix("")
+    db = sqlite3.connect(out / "results.sqlite")
+    rows = db.execute("SELECT id, status, attempts, finished_at, config, versions FROM jobs "
+                      "ORDER BY position").fetchall()
+    assert len(rows) == 8 and {r[1] for r in rows} <= {"emerged", "censored"}
+    assert all(r[2] == 1 and '"seed"' in r[4] and '"torch"' in r[5] for r in rows)
+    assert db.execute("SELECT count(*) FROM jobs WHERE status = 'emerged'").fetchone()[0] >= 4
     for name in ("leaderboard.md", "leaderboard.csv", "emergence.png"):
         assert (out / name).stat().st_size > 0
-    rows = list(csv.DictReader((out / "leaderboard.csv").open()))
-    assert {r["architecture"] for r in rows} == {"transformer(d_model=32, n_layers=1)",
-                                                 "mlp_mixer(d_model=32, n_layers=1)"}
-    assert all(r["seeds"] == "2" for r in rows)
-    assert "median steps [95% CI]" in (out / "leaderboard.md").read_text()
+    table = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert len(table) == 2 and all(r["lr_grid"] == "0.003 0.01" for r in table)
+    assert "Every rate:" in (out / "leaderboard.md").read_text()
 
-    # a rerun trains nothing: every finished job is skipped
-    stamps = {p: p.stat().st_mtime_ns for p in results}
-    unfinished = results[0].parent
-    (unfinished / "result.json").unlink()  # as if killed mid-run
-    assert cli("sweep", str(spec_path))[0] == 0
-    for p, stamp in stamps.items():
-        assert p.exists()
-        if p.parent != unfinished:
-            assert p.stat().st_mtime_ns == stamp
+    # a rerun trains nothing; a job left `running` by a killed sweep runs again
+    db.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (rows[0][0],))
+    db.commit()
+    code, captured = cli("status", str(out))
+    assert code == 0 and "7/8 finished" in captured.out and f"interrupted: {rows[0][0]}" in \
+        captured.out and "not running (stopped" in captured.out
+    assert cli("sweep", str(path), "--no-progress")[0] == 0
+    again = db.execute("SELECT id, status, attempts, finished_at FROM jobs ORDER BY position")
+    again = again.fetchall()
+    assert again[0][2] == 2 and again[0][1] == rows[0][1]
+    assert [r[:4] for r in again[1:]] == [r[:4] for r in rows[1:]]
 
     (out / "leaderboard.md").unlink()
     assert cli("leaderboard", str(out))[0] == 0
     assert (out / "leaderboard.md").read_text().startswith("# tiny")
+    code, captured = cli("status", str(out))
+    assert "8/8 finished" in captured.out and "not running (complete)" in captured.out
 
 
-def test_leaderboard_of_an_empty_directory_is_a_clear_error(tmp_path, cli):
-    code, captured = cli("leaderboard", str(tmp_path))
-    assert code == 2 and "no finished runs" in captured.err
+def test_a_grown_spec_reuses_finished_jobs_and_the_table_shows_the_current_spec(spec_file, cli):
+    one = spec_file("one", seeds=1, archs=[{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}])
+    out = one.parent / "grown"
+    assert cli("sweep", str(one), "--out", str(out), "--no-progress")[0] == 0
+    db = sqlite3.connect(out / "results.sqlite")
+    first = db.execute("SELECT id, finished_at FROM jobs").fetchall()
+    two = spec_file("two", seeds=2, archs=[{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}])
+    assert cli("sweep", str(two), "--out", str(out), "--no-progress")[0] == 0
+    assert db.execute("SELECT finished_at FROM jobs WHERE id = ?", (first[0][0],)).fetchone()[0] \
+        == first[0][1]
+    [row] = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert row["seeds"] == "2"
+    assert cli("sweep", str(one), "--out", str(out), "--no-progress")[0] == 0  # shrink back
+    [row] = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert row["seeds"] == "1"  # the other seed stays in the database, out of the table
+    assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+
+
+def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(tmp_path, cli):
+    for command in ("leaderboard", "status"):
+        code, captured = cli(command, str(tmp_path))
+        assert code == 2 and "no results database (results.sqlite) here" in captured.err

@@ -53,13 +53,23 @@ def test_batches_are_deterministic_per_step_and_eval_set_is_disjoint():
     other_seed = LinearMap(LinearMapConfig(state_size=8, sparsity=2), batch_size=16, seed=6)
     assert not torch.equal(b0.inputs, other_seed.train_batch(0, CPU).inputs)
     ev = task.eval_batch(CPU)
-    assert ev is task.eval_batch(CPU)  # one fixed held-out batch, cached
+    assert torch.equal(ev.inputs, task.eval_batch(CPU).inputs)  # one fixed held-out batch
     train_x0 = {tuple(task.train_batch(s, CPU).inputs[i, :8].tolist())
                 for s in range(4) for i in range(16)}
     eval_seqs = {tuple(r) for r in ev.inputs.tolist()}
     train_seqs = {tuple(r) for s in range(4) for r in task.train_batch(s, CPU).inputs.tolist()}
     assert len(train_x0) > 1 and eval_seqs != train_seqs
     assert torch.equal(b0.targets[:, :-1], b0.inputs[:, 1:])  # targets are the next tokens
+
+
+def test_ranks_split_one_global_batch():
+    """With 2 devices, rank r gets its half of the very batch a single device would train on."""
+    task = LinearMap(LinearMapConfig(state_size=6, sparsity=2), batch_size=8, eval_size=6, seed=1)
+    for get in (lambda *a: task.train_batch(3, CPU, *a), lambda *a: task.eval_batch(CPU, *a)):
+        whole, r0, r1 = get(), get(0, 2), get(1, 2)
+        assert not torch.equal(r0.inputs, r1.inputs)  # the ranks' streams differ
+        assert torch.equal(torch.cat([r0.inputs, r1.inputs]), whole.inputs)
+        assert torch.equal(torch.cat([r0.targets, r1.targets]), whole.targets)
 
 
 def test_loss_mask_scores_every_token_after_the_first_state():
