@@ -62,7 +62,8 @@ def sweep(
     parsed = load_spec(spec)
     out = out or spec.with_suffix("")
     options = _options(option or [])
-    counts = run_sweep(parsed, out, executor, workers or _default_workers(executor), options,
+    workers = _default_workers(executor) if workers is None else workers
+    counts = run_sweep(parsed, out, executor, workers, options,
                        progress)
     title, results = _read(out)
     if results:

@@ -145,7 +145,11 @@ def _slurm_executor(folder: Path, workers: int, options: dict[str, Any]):
     cluster = options.pop("cluster", "slurm")
     if cluster not in ("slurm", "local"):
         raise ConfigError(f"-O cluster: must be slurm or local, got '{cluster}'")
-    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    try:
+        executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    except RuntimeError as e:  # no srun here
+        raise ConfigError(f"--executor: slurm: {str(e).splitlines()[0]} "
+                          "(-O cluster=local runs the array on this machine)") from None
     try:
         executor.update_parameters(**{"timeout_min": 60, "slurm_array_parallelism": workers,
                                       "name": "emergence-bench", **options})
@@ -225,6 +229,7 @@ def resolve_executor(name: str, workers: int, options: dict[str, Any]) -> Execut
     if name == "slurm":  # validate the options on a throwaway folder: nothing lands in `out`
         import tempfile
 
-        with tempfile.TemporaryDirectory() as scratch:
+        with tempfile.TemporaryDirectory() as scratch:  # option names first, then the cluster
+            _slurm_executor(Path(scratch), workers, {**options, "cluster": "local"})
             _slurm_executor(Path(scratch), workers, options)
     return runner

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm.auto import tqdm
@@ -95,7 +96,7 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise ConfigError(f"{path}: no such sweep spec")
     try:
         raw = OmegaConf.load(path)
-    except (OmegaConfBaseException, ValueError) as e:  # YAML syntax errors land here too
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict) and not OmegaConf.is_dict(raw):
         raise ConfigError(f"{path}: a sweep spec is a mapping (name, task, archs, seeds, ...)")

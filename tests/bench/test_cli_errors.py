@@ -49,27 +49,101 @@ def test_bad_task_inspection(cli):
         "error: task.sparsity: must be in 1..state_size (6), got 9")
 
 
-def test_bad_sweep_specs(cli, tmp_path):
-    cases = {
-        "typo.yaml": ("name: x\ntask: {name: linear_map}\narchs: [{name: transformer}]\nseedz: 2\n",
-                      "seedz: unknown key; allowed:"),
-        "empty.yaml": ("name: x\ntask: {name: linear_map}\narchs: []\n",
-                       "archs: must list at least one architecture"),
-        "arch.yaml": ("task: {name: linear_map}\narchs: [{name: transformer, n_heads: -1}]\n",
-                      "archs[0]: arch.n_heads: must be >= 1"),
-        "task.yaml": ("task: 3\narchs: [{name: transformer}]\n",
-                      "task: must be a mapping or a non-empty list of mappings"),
-        "dup.yaml": ("task: {name: linear_map}\narchs: [{name: mlp_mixer}, {name: mlp_mixer}]\n",
-                     "archs: two entries resolve to the same architecture config"),
-    }
-    for name, (text, message) in cases.items():
-        spec = tmp_path / name
-        spec.write_text(text)
-        code, captured = cli("sweep", str(spec))
-        assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1
-        assert not spec.with_suffix("").exists()
+GOOD = ("name: x\ntask: {name: linear_map, state_size: 6, sparsity: 2}\n"
+        "archs: [{name: mlp_mixer, d_model: 16, n_layers: 1}]\nseeds: 1\n"
+        "train: {max_steps: 20, eval_every: 10, eval_size: 32}\n")
+ARCH = "archs: [{name: mlp_mixer, d_model: 16, n_layers: 1}]"
+TASK = "task: {name: linear_map, state_size: 6, sparsity: 2}"
+TRAIN = "train: {max_steps: 20, eval_every: 10, eval_size: 32}"
+
+# (spec text, extra command-line arguments, the message)
+BAD_SWEEPS = [
+    (GOOD + "seedz: 2\n", [], "seedz: unknown key; allowed: name, task, archs, seeds"),
+    (GOOD.replace(ARCH, "archs: []"), [], "archs: must list at least one architecture"),
+    (GOOD.replace(ARCH, "archs: [mlp_mixer]"), [], "archs: every entry must be a mapping"),
+    (GOOD.replace("d_model: 16", "d_model: 16, n_heads: -1"), [],
+     "archs[0]: arch.n_heads: must be >= 1"),
+    (GOOD.replace(ARCH, "archs: [{name: lstm}]"), [], "archs[0]: arch.name: unknown 'lstm'"),
+    (GOOD.replace(ARCH, "archs: [{name: mlp_mixer}, {name: mlp_mixer, d_model: 64}]"), [],
+     "archs: two entries resolve to the same architecture config"),
+    (GOOD.replace(TASK, "task: 3"), [], "task: must be a mapping or a non-empty list of mappings"),
+    (GOOD.replace("sparsity: 2}", "sparsty: 2}"), [], "task.sparsty: unknown key; allowed:"),
+    (GOOD.replace("sparsity: 2}", "sparsity: 9}"), [],
+     "task.sparsity: must be in 1..state_size (6), got 9"),
+    (GOOD.replace("state_size: 6, sparsity: 2", "state_size: [8, 4], sparsity: 6"), [],
+     "task.sparsity: must be in 1..state_size (4), got 6"),
+    (GOOD.replace("sparsity: 2}", "sparsity: []}"), [], "task.sparsity: an empty grid"),
+    (GOOD.replace("d_model: 16", "d_model: []"), [], "archs[0].d_model: an empty grid"),
+    (GOOD.replace("max_steps: 20", "max_steps: many"), [],
+     "train.max_steps: Value 'many' of type 'str' could not be converted to Integer"),
+    (GOOD.replace("max_steps: 20", "max_steps: [10, 20]"), [],
+     "train.max_steps: only train.lr may be a list"),
+    (GOOD.replace("max_steps: 20", "lr: [], max_steps: 20"), [], "train.lr: an empty grid"),
+    (GOOD.replace("seeds: 1", "seeds: 0"), [], "seeds: must be >= 1, got 0"),
+    (GOOD.replace("seeds: 1", "seeds: []"), [], "seeds: an empty list"),
+    (GOOD.replace("seeds: 1", "seeds: [3, 3]"), [], "seeds: listed twice in [3, 3]"),
+    (GOOD.replace("seeds: 1", "seeds: [-1]"), [], "seeds: every seed must be an integer >= 0"),
+    (GOOD.replace("seeds: 1", "seeds: three"), [], "seeds: must be a count or a list of seeds"),
+    (GOOD + "emergence: {metric: acc}\n", [], "emergence.metric: Invalid value 'acc'"),
+    (GOOD + "trainer: {max_steps: 3}\n", [],
+     "trainer.max_steps: set by the runner; use train.max_steps"),
+    (GOOD + "trainer: {devices: 2, strategy: ddp}\n", [],
+     "trainer.strategy: 'ddp' with several devices relaunches the command per rank"),
+    ("name: x\ntask: {name: [linear_map\n", [], "not a valid YAML mapping"),
+    ("- linear_map\n- mlp_mixer\n", [], "a sweep spec is a mapping"),
+    (GOOD, ["--executor", "kubernetes"],
+     "--executor: unknown 'kubernetes'; allowed: local, processes, slurm, ray"),
+    (GOOD, ["--executor", "processes", "--workers", "0"], "--workers: must be >= 1, got 0"),
+    (GOOD, ["--executor", "processes", "-O", "gpus=2"],
+     "-O gpus: not an option of the processes executor; allowed: none"),
+    (GOOD, ["--executor", "ray", "-O", "num_gpus=2"],
+     "-O num_gpus: not an option of the ray executor; allowed: address, cpus_per_job"),
+    (GOOD, ["--executor", "slurm", "-O", "slurm_partitionz=gpu"],
+     "-O: Unknown argument 'partitionz' for executor 'slurm'"),
+    (GOOD, ["--executor", "slurm", "-O", "cluster=pbs"], "-O cluster: must be slurm or local"),
+    (GOOD, ["--executor", "slurm"], "--executor: slurm: Could not detect \"srun\""),
+    (GOOD, ["-O", "partition"], "-O partition: expected key=value"),
+]
+
+
+@pytest.mark.parametrize("text,args,message", BAD_SWEEPS)
+def test_bad_sweep(text, args, message, cli, tmp_path):
+    spec, out = tmp_path / "spec.yaml", tmp_path / "out"
+    spec.write_text(text)
+    code, captured = cli("sweep", str(spec), "--out", str(out), *args)
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert message in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # nothing written
+
+
+def test_sweep_output_problems_are_refused_before_anything_is_written(cli, tmp_path):
+    from bench.sweep import SweepLock
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD)
     code, captured = cli("sweep", str(tmp_path / "missing.yaml"))
-    assert code == 2 and "no such sweep spec" in captured.err
+    assert code == 2 and "missing.yaml: no such sweep spec" in captured.err
+
+    (tmp_path / "file").write_text("a file, not a directory")
+    code, captured = cli("sweep", str(spec), "--out", str(tmp_path / "file" / "out"))
+    assert code == 2 and captured.err.strip() == (
+        f"error: --out: {tmp_path}/file/out cannot be created ({tmp_path}/file is not a directory)")
+
+    out = tmp_path / "corrupt"
+    out.mkdir()
+    (out / "results.sqlite").write_bytes(b"not a database" * 100)
+    code, captured = cli("sweep", str(spec), "--out", str(out))
+    assert code == 2 and "results.sqlite: not an SQLite file (corrupt or foreign)" in captured.err
+    assert sorted(p.name for p in out.iterdir()) == ["results.sqlite"]
+    assert (out / "results.sqlite").read_bytes() == b"not a database" * 100
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with SweepLock(busy):  # another sweep holds the directory
+        code, captured = cli("sweep", str(spec), "--out", str(busy))
+    assert code == 2 and "another sweep (pid " in captured.err and "is running" in captured.err
+    assert sorted(p.name for p in busy.iterdir()) == [".lock"]
 
 
 def test_console_script_exits_2_without_traceback(tmp_path):
