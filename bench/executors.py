@@ -104,12 +104,19 @@ def _init_worker(slot, workers: int, gpus: list[str]) -> None:
     with slot.get_lock():
         index = slot.value
         slot.value += 1
-    if gpus:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+    gpu, threads = placement(index, workers, gpus, os.cpu_count() or 1)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    torch.set_num_threads(threads)
     _die_with_parent()
+
+
+def placement(index: int, workers: int, gpus: list[str], cpus: int) -> tuple[str | None, int]:
+    """Worker `index` of `workers`: the GPU it sees (round robin, so several workers may share
+    one) and its CPU threads (an equal share of the cores)."""
+    return (gpus[index % len(gpus)] if gpus else None), max(1, cpus // workers)
 
 
 def _die_with_parent() -> None:

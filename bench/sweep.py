@@ -218,12 +218,13 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
                            "started_at": time.time(), "total": len(jobs),
                            "spec": OmegaConf.to_container(OmegaConf.structured(spec))})
             db.requeue_interrupted()
-            todo = [json_config(r) for r in db.rows("in_spec = 1 AND status = 'pending'")]
+            todo = [json.loads(r["config"]) for r in db.rows("in_spec = 1 AND status = 'pending'")]
             counts = db.counts()
             done = sum(counts[s] for s in FINISHED)
             bar = tqdm(total=len(jobs), initial=done, desc=spec.name, unit="job",
                        disable=not progress, dynamic_ncols=True)
             emerged, failed = counts["emerged"], 0
+            bar.set_postfix(emerged=emerged, failed=failed)
             for summary in runner(todo, out, workers, options):
                 emerged += summary["status"] == "emerged"
                 failed += summary["status"] == "failed"
@@ -235,10 +236,6 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
             return db.counts()
         finally:
             db.close()
-
-
-def json_config(row: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(row["config"])
 
 
 def read_results(out: Path) -> tuple[str, list[dict[str, Any]]]:

@@ -62,6 +62,15 @@ def test_processes_executor_matches_local(reference, cli, tmp_path):
     assert len(workers) == 2 and str(os.getpid()) not in " ".join(workers)  # two other processes
 
 
+def test_workers_spread_over_the_gpus_several_per_device_and_share_the_cores():
+    from bench.executors import placement
+
+    gpus = ["2", "5"]  # e.g. CUDA_VISIBLE_DEVICES=2,5
+    assert [placement(k, 4, gpus, 16) for k in range(4)] == [("2", 4), ("5", 4), ("2", 4),
+                                                             ("5", 4)]
+    assert placement(0, 3, [], 2) == (None, 1)  # CPU only: at least one thread each
+
+
 def test_slurm_executor_runs_a_job_array_through_submitit(spec_file, cli, tmp_path):
     path = spec_file(archs=ONE_ARCH)
     local, out = tmp_path / "local", tmp_path / "slurm"

@@ -5,7 +5,7 @@ import math
 import sqlite3
 
 from bench.leaderboard import best_lr, summarise
-from bench.sweep import expand, load_spec
+from bench.sweep import SweepLock, expand, load_spec
 
 
 def test_grids_expand_to_the_cartesian_product_in_a_fixed_order(spec_file):
@@ -70,6 +70,10 @@ def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
     # a rerun trains nothing; a job left `running` by a killed sweep runs again
     db.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (rows[0][0],))
     db.commit()
+    with SweepLock(out):  # as while a sweep runs in another shell
+        code, captured = cli("status", str(out))
+        assert "live: a sweep process holds this directory" in captured.out
+        assert f"running: {rows[0][0]} on " in captured.out
     code, captured = cli("status", str(out))
     assert code == 0 and "7/8 finished" in captured.out and f"interrupted: {rows[0][0]}" in \
         captured.out and "not running (stopped" in captured.out
