@@ -135,6 +135,31 @@ def _render(out: Path, title: str, results: list[dict]) -> None:
 
 
 @app.command()
+def perf(
+    arch: Annotated[list[str] | None, typer.Option(
+        help="mixer as name[:key=value,...], repeatable [the five of leaderboards/mixers.yaml]")]
+    = None,
+    sizes: Annotated[str, typer.Option(help="quickstart and/or lengths in tokens")]
+    = "quickstart,64,256,1024",
+    repeats: Annotated[int, typer.Option(help="timed stretches per path and size")] = 3,
+    batch: Annotated[int, typer.Option(help="sequences per step at the lengths")] = 8,
+    seconds: Annotated[float, typer.Option(help="target length of one timed stretch")] = 1.5,
+    warmup: Annotated[int, typer.Option(help="untimed steps first")] = 5,
+    compile_: Annotated[bool, typer.Option(
+        "--compile", help="also measure train.compile=true (first size only)")] = False,
+    accelerator: Annotated[str, typer.Option(help="cpu or gpu")] = "cpu",
+    out: Annotated[Path, typer.Option(help="where perf.md, perf.json, perf.png go")]
+    = Path("runs/perf"),
+) -> None:
+    """Time the suite's Lightning step against a bare PyTorch loop, per mixer and length."""
+    from .perf import DEFAULT_ARCHS, run_perf
+
+    run_perf(arch or DEFAULT_ARCHS, sizes.split(","), repeats, batch, seconds, warmup, compile_,
+             accelerator, out)
+    print((out / "perf.md").read_text())
+
+
+@app.command()
 def task(
     name: Annotated[str, typer.Argument(help="task name (linear_map, cellular_automaton)")],
     overrides: Overrides = None,

@@ -47,6 +47,8 @@ class TrainConfig:
     """evaluate on the held-out set every this many steps"""
     eval_size: int = 512
     """sequences in the fixed held-out evaluation set"""
+    compile: bool = False
+    """torch.compile the model (speed only: not part of the job id)"""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "eval_every", "eval_size"):
@@ -90,8 +92,11 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def job_id(self) -> str:
-        """Stable content hash of the resolved config: the same job has the same id anywhere."""
-        return content_hash(self.to_dict(), 12)
+        """Stable content hash of the resolved config: the same job has the same id anywhere.
+        Knobs that change speed, not the experiment (train.compile), are left out."""
+        config = self.to_dict()
+        del config["train"]["compile"]
+        return content_hash(config, 12)
 
 
 def content_hash(data: Any, length: int) -> str:

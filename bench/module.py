@@ -33,15 +33,21 @@ class EmergenceModule(L.LightningModule):
         self.val_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
         self.val_exact_acc = MulticlassExactMatch(task.vocab_size)
         self.attention = [m for m in self.model.modules() if hasattr(m, "record_attention")]
+        # not a registered submodule: the compiled wrapper shares the model's parameters
+        object.__setattr__(self, "forward_fn",
+                           torch.compile(self.model) if train.compile else self.model)
 
     def scored_logits(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, P, V) and targets (B, P) at the scored positions."""
-        logits = self.model(batch.inputs)
+        logits = self.forward_fn(batch.inputs)
         return logits.index_select(1, self.scored), batch.targets.index_select(1, self.scored)
 
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+    def loss(self, batch: Batch) -> torch.Tensor:
         logits, targets = self.scored_logits(batch)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
