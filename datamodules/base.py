@@ -13,6 +13,7 @@ positions, and the output at position p predicts token p + 1.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
+EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's 512 x 24 is one)
 
 
 @dataclass
@@ -132,23 +134,32 @@ class StateSequenceTask(L.LightningDataModule):
         gen = make_generator(self.seed, TRAIN_STREAM, step, device)
         return split_tokens(self.draw(self.batch_size, gen).tensor_split(world)[rank])
 
-    def eval_batch(self, device: torch.device, rank: int = 0, world: int = 1) -> Batch:
-        """This rank's rows of the fixed held-out set (same for every seed), cached on `device`."""
+    def eval_batch(self, device: torch.device, rank: int = 0, world: int = 1,
+                   chunk: int | None = None) -> Batch:
+        """This rank's rows of the fixed held-out set (same for every seed), cached on `device`;
+        with `chunk`, only that slice of `eval_rows` sequences."""
         if self._eval is None or self._eval.device != device:
             gen = make_generator(self.config.task_seed, EVAL_STREAM, 0, device)
             self._eval = self.draw(self.eval_size, gen)
-        return split_tokens(self._eval.tensor_split(world)[rank])
+        share = self._eval.tensor_split(world)[rank]
+        return split_tokens(share if chunk is None else share.split(self.eval_rows)[chunk])
+
+    @property
+    def eval_rows(self) -> int:
+        """Sequences per evaluation forward pass, bounded in tokens so long sequences fit."""
+        return max(1, EVAL_TOKENS // self.n_tokens)
 
     # --- Lightning hooks: the loaders yield step indices; batches are made on the device ------
     def train_dataloader(self):
         return itertools.count()
 
     def val_dataloader(self):
-        return [0]
+        world = self.trainer.world_size if self.trainer is not None else 1
+        return range(math.ceil(math.ceil(self.eval_size / world) / self.eval_rows))
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Batch:
         trainer = self.trainer
         where = (trainer.strategy.root_device, trainer.global_rank, trainer.world_size)
         if trainer.training:
             return self.train_batch(int(batch), *where)
-        return self.eval_batch(*where)
+        return self.eval_batch(*where, chunk=int(batch))

@@ -72,6 +72,16 @@ def test_ranks_split_one_global_batch():
         assert torch.equal(torch.cat([r0.targets, r1.targets]), whole.targets)
 
 
+def test_long_sequences_are_evaluated_in_chunks_that_cover_the_set_once():
+    task = LinearMap(LinearMapConfig(state_size=16, sparsity=2, n_states=64), eval_size=100)
+    assert task.n_tokens == 1024 and task.eval_rows == 32
+    chunks = [task.eval_batch(CPU, chunk=c) for c in task.val_dataloader()]
+    assert [len(c.inputs) for c in chunks] == [32, 32, 32, 4]
+    assert torch.equal(torch.cat([c.inputs for c in chunks]), task.eval_batch(CPU).inputs)
+    quick = LinearMap(LinearMapConfig(state_size=6, sparsity=2), eval_size=512)
+    assert len(quick.val_dataloader()) == 1  # small tasks: the whole set in one pass
+
+
 def test_loss_mask_scores_every_token_after_the_first_state():
     task = LinearMap(LinearMapConfig(state_size=5, sparsity=2, n_states=3))
     mask = task.loss_mask()
