@@ -5,7 +5,8 @@ timed stretch of Lightning training (the runner's own Trainer, logger and callba
 number of steps of a bare loop over the same module, data generator, optimizer, scheduler and
 clip. Warm-up steps are excluded. From the same stretches it reports:
 
-- steps/s and tokens/s of both paths and their ratio per repeat (median and range);
+- steps/s and tokens/s of both paths (median step time of each stretch, robust to the hiccups
+  of a shared machine) and their ratio per repeat (median and range);
 - the share of the bare step spent drawing the batch;
 - the share of wall time one held-out evaluation takes at the default cadence
   (one evaluation pass / (pass + eval_every steps));
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .config import ConfigError, load_run_config
 
@@ -119,17 +121,16 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     torch.manual_seed(0)
     module = EmergenceModule(cfg.arch, cfg.train, task).to(device)
     bare = BareLoop(module, task, device)
-    compile_s = bare.run(warmup)  # warm-up (and compilation, if any), excluded from timings
-    t = bare.run(3)[0] / 3
-    steps = int(min(max(target_s / t, 5), 500))
+    first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
+    steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
     lightning, plain, gen, evals = [], [], [], []
-    for _ in range(repeats):
+    for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
         step_s, eval_s = lightning_stretch(cfg, module, task, warmup, steps, accelerator)
-        lightning.append(step_s)
+        lightning.append(step_s)  # median step time, robust to this machine's hiccups
         evals.append(eval_s)
-        wall, gen_s = bare.run(steps)
-        plain.append(wall / steps)
-        gen.append(gen_s / wall)
+        durations, gen_s = bare.run(steps)
+        plain.append(statistics.median(durations))
+        gen.append(gen_s / sum(durations))
     ratio = [a / b for a, b in zip(lightning, plain)]
     tokens = cfg.train.batch_size * task.n_tokens
     step_l, step_b = statistics.median(lightning), statistics.median(plain)
@@ -141,7 +142,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     return {
         "arch": cfg.arch.name, "kernel_path": _path(module), "seq_tokens": task.n_tokens,
         "batch_size": cfg.train.batch_size, "params": sum(p.numel() for p in module.parameters()),
-        "compile": cfg.train.compile, "first_steps_s": compile_s[0], "timed_steps": steps,
+        "compile": cfg.train.compile, "first_steps_s": first, "timed_steps": steps,
         "lightning_steps_per_s": 1 / step_l, "bare_steps_per_s": 1 / step_b,
         "lightning_tokens_per_s": tokens / step_l, "bare_tokens_per_s": tokens / step_b,
         "lightning_step_ms": 1000 * step_l, "bare_step_ms": 1000 * step_b,
@@ -171,13 +172,13 @@ class BareLoop:
         self.clip = module.train_config.grad_clip
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def run(self, n: int) -> tuple[float, float]:
-        """Train n steps; return (wall seconds, seconds spent drawing batches)."""
+    def run(self, n: int) -> tuple[list[float], float]:
+        """Train n steps; return (seconds of each step, seconds spent drawing batches)."""
         import torch
 
         module = self.module.train()
         self.sync()
-        start, gen = time.perf_counter(), 0.0
+        durations, gen = [], 0.0
         for _ in range(n):
             t = time.perf_counter()
             batch = self.task.train_batch(self.step, self.device)
@@ -190,13 +191,14 @@ class BareLoop:
             self.opt.step()
             self.sched.step()
             self.step += 1
-        self.sync()
-        return time.perf_counter() - start, gen
+            self.sync()
+            durations.append(time.perf_counter() - t)
+        return durations, gen
 
 
 def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: str):
     """Train warmup + steps through the runner's Trainer with one evaluation in the middle;
-    return (seconds per step over the timed steps, seconds of that evaluation)."""
+    return (median seconds per timed step, seconds of that evaluation)."""
     import dataclasses
 
     from lightning.pytorch.callbacks import Callback
@@ -205,13 +207,17 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
     from .run import build_trainer, chance_and_solved
 
     class Timer(Callback):
-        t0 = t1 = v0 = None
-        val = 0.0
+        def __init__(self):
+            self.ends: list[float] = []
+            self.v0, self.val = 0.0, 0.0
 
         def on_train_batch_end(self, trainer, *args):
-            if trainer.global_step == warmup:
-                self.t0 = time.perf_counter()
-            self.t1 = time.perf_counter()
+            if trainer.global_step >= warmup:
+                if accelerator == "gpu":
+                    import torch
+
+                    torch.cuda.synchronize()
+                self.ends.append(time.perf_counter())
 
         def on_validation_start(self, trainer, *args):
             self.v0 = time.perf_counter()
@@ -230,7 +236,8 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(run_cfg, Path(tmp), [emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
-    return (timer.t1 - timer.t0 - timer.val) / steps, timer.val
+    # step time: the median gap between step ends (the gap holding the evaluation is an outlier)
+    return statistics.median(np.diff(timer.ends)), timer.val
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -309,7 +316,7 @@ def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int,
         plans += [[row[0]] for row in configs(archs, size_list[:1], True)]
     rows = []
     ctx = mp.get_context("spawn")  # a fresh process per mixer: clean peak memory, no cross-talk
-    for plan in plans:
+    for plan in tqdm(plans, desc="bench perf", unit="mixer"):
         labels = [s.label for s in size_list][: len(plan)]
         with ProcessPoolExecutor(1, mp_context=ctx) as pool:
             rows += pool.submit(measure_mixer, plan, labels, repeats, target_s, warmup,
