@@ -57,7 +57,7 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
-    from .sweep import load_spec, run_sweep
+    from .sweep import load_spec, read_results, run_sweep
 
     parsed = load_spec(spec)
     out = out or spec.with_suffix("")
@@ -65,7 +65,7 @@ def sweep(
     workers = _default_workers(executor) if workers is None else workers
     counts = run_sweep(parsed, out, executor, workers, options,
                        progress)
-    title, results = _read(out)
+    title, results = read_results(out)
     if results:
         _render(out, title, results)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -100,7 +100,9 @@ def _default_workers(executor: str) -> int:
 @app.command()
 def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output directory")]):
     """Re-render leaderboard.md, leaderboard.csv and emergence.png from the results database."""
-    title, results = _read(directory)
+    from .sweep import read_results
+
+    title, results = read_results(directory)
     if not results:
         raise ConfigError(f"{directory}: no finished runs in {directory}/results.sqlite")
     _render(directory, title, results)
@@ -116,15 +118,6 @@ def status(
 
     report = sweep_status(directory)
     print(json.dumps(report, indent=2) if json_ else report["text"])
-
-
-def _read(directory: Path):
-    from .results import ResultsDB
-    from .sweep import read_results
-
-    if not (directory / ResultsDB.FILENAME).is_file():
-        raise ConfigError(f"{directory}: no results database ({ResultsDB.FILENAME}) here")
-    return read_results(directory)
 
 
 def _render(out: Path, title: str, results: list[dict]) -> None:

@@ -17,8 +17,6 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
 
 from __future__ import annotations
 
-import json
-import math
 import platform
 import statistics
 import tempfile
@@ -114,6 +112,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     from datamodules import build_task
 
     from .module import EmergenceModule
+    from .run import kernel_path
 
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
     task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size,
@@ -140,7 +139,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        "arch": cfg.arch.name, "kernel_path": _path(module), "seq_tokens": task.n_tokens,
+        "arch": cfg.arch.name, "kernel_path": kernel_path(module), "seq_tokens": task.n_tokens,
         "batch_size": cfg.train.batch_size, "params": sum(p.numel() for p in module.parameters()),
         "compile": cfg.train.compile, "first_steps_s": first, "timed_steps": steps,
         "lightning_steps_per_s": 1 / step_l, "bare_steps_per_s": 1 / step_b,
@@ -151,12 +150,6 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
         "eval_share": statistics.median(eval_share), "eval_every": cfg.train.eval_every,
         "peak_mib": peak,
     }
-
-
-def _path(module) -> str:
-    from .run import kernel_path
-
-    return kernel_path(module)
 
 
 class BareLoop:
@@ -241,12 +234,17 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
 
 
 # --- the report -------------------------------------------------------------------------------
+def length_points(rows: list[dict[str, Any]], arch: str) -> list[tuple[int, float]]:
+    """(tokens per sequence, Lightning step ms) of one mixer at the length sizes, uncompiled."""
+    return sorted((r["seq_tokens"], r["lightning_step_ms"]) for r in rows
+                  if r["arch"] == arch and r["size"] != "quickstart" and not r["compile"])
+
+
 def exponents(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Per mixer, d log(step time) / d log(length) over the length sizes (not quickstart)."""
     out = {}
     for arch in dict.fromkeys(r["arch"] for r in rows):
-        pts = [(r["seq_tokens"], r["lightning_step_ms"]) for r in rows
-               if r["arch"] == arch and r["size"] != "quickstart" and not r["compile"]]
+        pts = length_points(rows, arch)
         if len(pts) >= 2:
             x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
             out[arch] = float(np.polyfit(x, y, 1)[0])
@@ -283,9 +281,7 @@ def plot(path: Path, report: dict[str, Any]) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for arch, k in report["exponents"].items():
-        pts = sorted((r["seq_tokens"], r["lightning_step_ms"]) for r in report["rows"]
-                     if r["arch"] == arch and r["size"] != "quickstart" and not r["compile"])
-        ax.plot(*zip(*pts), marker="o", label=f"{arch} (k={k:.2f})")
+        ax.plot(*zip(*length_points(report["rows"], arch)), marker="o", label=f"{arch} (k={k:.2f})")
     ax.set(xscale="log", yscale="log", xlabel="tokens per sequence",
            ylabel="training step (ms)", title="step time vs sequence length")
     ax.grid(alpha=0.3, which="both")
@@ -302,7 +298,7 @@ def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int,
 
     import torch
 
-    from .run import versions
+    from .run import versions, write_json_atomic
 
     if repeats < 1:
         raise ConfigError(f"--repeats: must be >= 1, got {repeats}")
@@ -328,11 +324,7 @@ def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int,
               "machine": {"device": device, "torch": torch.__version__},
               "versions": versions(), "rows": rows, "exponents": exponents(rows)}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "perf.json").write_text(json.dumps(report, indent=2, default=_nan) + "\n")
+    write_json_atomic(out / "perf.json", report)
     (out / "perf.md").write_text(to_markdown(report))
     plot(out / "perf.png", report)
     return report
-
-
-def _nan(x: Any) -> Any:
-    return None if isinstance(x, float) and math.isnan(x) else str(x)

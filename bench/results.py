@@ -62,7 +62,7 @@ class ResultsDB:
     def __init__(self, path: Path | str, create: bool = False):
         self.path = Path(path)
         if not create and not self.path.is_file():
-            raise ConfigError(f"{self.path}: no results database here")
+            raise ConfigError(f"{self.path.parent}: no results database ({self.path.name}) here")
         self._fail_if_foreign()
         self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         try:
@@ -167,8 +167,9 @@ class ResultsDB:
 
     def results(self) -> list[dict[str, Any]]:
         """result.json of every finished job of the current spec, in spec order."""
+        marks = ", ".join("?" * len(FINISHED))
         return [json.loads(r["result"]) for r in self.rows(
-            "in_spec = 1 AND status IN ('emerged', 'censored', 'diverged')")]
+            f"in_spec = 1 AND status IN ({marks})", FINISHED)]
 
     def counts(self) -> dict[str, int]:
         found = dict(self.conn.execute(

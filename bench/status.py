@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError
 from .leaderboard import row_labels
 from .results import FINISHED, ResultsDB
 from .sweep import SweepLock
@@ -22,8 +21,6 @@ def _duration(seconds: float) -> str:
 
 
 def sweep_status(out: Path) -> dict[str, Any]:
-    if not (out / ResultsDB.FILENAME).is_file():
-        raise ConfigError(f"{out}: no results database ({ResultsDB.FILENAME}) here")
     db = ResultsDB(out / ResultsDB.FILENAME)
     try:
         rows, counts = db.rows(), db.counts()

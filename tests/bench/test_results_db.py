@@ -44,13 +44,17 @@ def test_many_processes_write_at_once_and_nothing_is_lost(tmp_path):
     assert db.meta("name") == "concurrent"
 
 
+def _refused_and_untouched(path, message: str) -> None:
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=message):
+        ResultsDB(path, create=True)
+    assert path.read_bytes() == before
+
+
 def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path):
     path = tmp_path / "results.sqlite"
     path.write_bytes(b"these are not the results you are looking for\n" * 10)
-    before = path.read_bytes()
-    with pytest.raises(ConfigError, match="not an SQLite file .corrupt or foreign.; refusing"):
-        ResultsDB(path, create=True)
-    assert path.read_bytes() == before
+    _refused_and_untouched(path, "not an SQLite file .corrupt or foreign.; refusing")
 
 
 def test_a_foreign_sqlite_database_is_refused_and_left_alone(tmp_path):
@@ -59,10 +63,7 @@ def test_a_foreign_sqlite_database_is_refused_and_left_alone(tmp_path):
     other.execute("CREATE TABLE invoices (id INTEGER)")
     other.commit()
     other.close()
-    before = path.read_bytes()
-    with pytest.raises(ConfigError, match="an SQLite database of something else"):
-        ResultsDB(path, create=True)
-    assert path.read_bytes() == before
+    _refused_and_untouched(path, "an SQLite database of something else")
 
 
 def test_a_truncated_database_is_a_clear_error(tmp_path):
