@@ -65,14 +65,43 @@ def sweep(
     workers = _default_workers(executor) if workers is None else workers
     counts = run_sweep(parsed, out, executor, workers, options,
                        progress)
-    title, results = read_results(out)
+    spec_dict, results = read_results(out)
     if results:
-        _render(out, title, results)
+        _render(out, spec_dict, results)
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     print(f"sweep {parsed.name}: {summary}; results in {out}/results.sqlite")
     if counts["failed"]:
         print(f"error: {counts['failed']} job(s) failed; `bench status {out}` lists them, "
               "a rerun retries them", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command()
+def reproduce(
+    spec: Annotated[Path, typer.Argument(help="a committed leaderboard spec, e.g. "
+                                              "leaderboards/heads.yaml")],
+    out: Annotated[Path | None, typer.Option(help="fresh directory [runs/reproduce/<name>]")]
+    = None,
+    seeds: Annotated[int | None, typer.Option(help="seeds per row [the spec's]")] = None,
+    seed_start: Annotated[int, typer.Option(help="first seed (fresh seeds: an independent "
+                                                 "replication)")] = 0,
+    row: Annotated[list[str] | None, typer.Option(
+        help="only this row (config hash or a prefix of it), repeatable")] = None,
+    alpha: Annotated[float, typer.Option(help="significance level of a difference")] = 0.05,
+    executor: Annotated[str, typer.Option(help="local, processes, slurm or ray")] = "local",
+    workers: Annotated[int | None, typer.Option(help="concurrent jobs")] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-O",
+                                                     help="executor option key=value")] = None,
+    progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
+) -> None:
+    """Rerun a committed leaderboard and test, row by row, whether it agrees (exit 0) or not."""
+    from .reproduce import reproduce as run_reproduce
+
+    workers = _default_workers(executor) if workers is None else workers
+    table, fresh = run_reproduce(spec, out, seeds, seed_start, row or [], alpha, executor,
+                                 workers, _options(option or []), progress)
+    print((fresh / "reproduce.md").read_text())
+    if any(r["verdict"] != "agrees" for r in table):
         raise typer.Exit(1)
 
 
@@ -102,10 +131,10 @@ def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output
     """Re-render leaderboard.md, leaderboard.csv and emergence.png from the results database."""
     from .sweep import read_results
 
-    title, results = read_results(directory)
+    spec_dict, results = read_results(directory)
     if not results:
         raise ConfigError(f"{directory}: no finished runs in {directory}/results.sqlite")
-    _render(directory, title, results)
+    _render(directory, spec_dict, results)
 
 
 @app.command()
@@ -120,10 +149,10 @@ def status(
     print(json.dumps(report, indent=2) if json_ else report["text"])
 
 
-def _render(out: Path, title: str, results: list[dict]) -> None:
+def _render(out: Path, spec: dict, results: list[dict]) -> None:
     from .leaderboard import write_leaderboard
 
-    write_leaderboard(out, title, results)
+    write_leaderboard(out, spec["name"], results, spec)
     print((out / "leaderboard.md").read_text())
 
 

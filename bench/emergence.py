@@ -95,8 +95,9 @@ class EmergenceTracker:
         """0 at chance, 1 when solved."""
         return (value - self.chance) / (self.solved - self.chance)
 
-    def transition_width(self) -> int | None:
-        """Steps from the end of the plateau (<= 10%) to the start of the final rise (>= 90%)."""
+    def transition(self) -> tuple[int, int] | None:
+        """(end of the plateau, start of the final rise): the last evaluation at most 10% of the
+        way from chance to solved before the rise, and the first of the final run >= 90%."""
         if self.status != "emerged":
             return None
         upto = [(s, self.progress(v)) for s, v in self.history]
@@ -108,7 +109,12 @@ class EmergenceTracker:
         if t90 is None:
             return None
         t10 = max((s for s, p in upto if s < t90 and p <= 0.1), default=0)
-        return t90 - t10
+        return t10, t90
+
+    def transition_width(self) -> int | None:
+        """Steps from the end of the plateau (<= 10%) to the start of the final rise (>= 90%)."""
+        ends = self.transition()
+        return None if ends is None else ends[1] - ends[0]
 
 
 class EmergenceCallback(Callback):

@@ -1,9 +1,10 @@
 """Leaderboards: group finished jobs by (task, architecture) config and summarise their seeds.
 
 Rows are built from the emergence records of each finished job; nothing is re-derived from the
-curves. With a learning-rate grid, each configuration is shown at its best rate. Written as
-`leaderboard.md`, `leaderboard.csv` and `emergence.png` (fraction of seeds emerged vs step, one
-curve per row).
+curves. With a learning-rate grid, each configuration is shown at its best rate. Each task also
+gets a chance row (a model that guesses uniformly: solves nothing, token accuracy 1/V). Written
+as `leaderboard.md` (the spec's claim, the table, links to the figures), `leaderboard.csv`, and
+the figures of `bench.plots`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ TASK_FIELDS = ("state_size", "sparsity", "n_cells", "n_colors", "n_rules", "n_st
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
     "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "params",
-    "state_per_layer", "steps_per_s", "config", "lr", "lr_grid",
+    "state_per_layer", "steps_per_s", "final_token_acc", "config", "lr", "lr_grid",
 ]
 
 
@@ -89,11 +90,15 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "params": runs[0]["n_params"],
             "state_per_layer": runs[0].get("state_per_layer"),
             "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
+            "final_token_acc": statistics.median(
+                r["final_metrics"].get("val/token_acc", math.nan) for r in runs),
             "config": key,
             "lr": config["train"]["lr"],
             "lr_grid": "",
             "family": group_key(config, ("seed", "lr")),
             "budget": max(r["budget_steps"] for r in runs),
+            "job_config": config,
+            "runs": runs,
         }, km))
     # ranked: within a task, higher solve rate first, then lower median steps
     return sorted(rows, key=lambda rk: (rk[0]["task"], -rk[0]["solve_rate"], rk[0]["median_steps"]))
@@ -122,12 +127,36 @@ def _steps(x: float) -> str:
     return "never" if math.isinf(x) else f"{x:.0f}"
 
 
+def chance_row(task_row: dict[str, Any]) -> dict[str, Any]:
+    """The null row of a task: uniform guessing solves nothing and scores 1/V per token."""
+    from .plots import _vocab
+
+    return {"task": task_row["task"], "architecture": "chance", "seeds": 0, "emerged": 0,
+            "diverged": 0, "solve_rate": 0.0, "median_steps": math.inf,
+            "final_token_acc": 1 / _vocab(task_row["job_config"]["task"]),
+            "config": content_hash(task_row["job_config"]["task"], 10)}
+
+
+def with_chance_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, row in enumerate(rows):
+        out.append(row)
+        if i + 1 == len(rows) or rows[i + 1]["task"] != row["task"]:
+            out.append(chance_row(row))
+    return out
+
+
 def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
     header = ["task", "architecture", *(["lr"] if lr_column else []), "solved",
-              "median steps [95% CI]", "quartiles", "width", "params", "state/layer", "steps/s",
-              "config"]
+              "median steps [95% CI]", "quartiles", "width", "final token acc", "params",
+              "state/layer", "steps/s", "config"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
+        if r["architecture"] == "chance":
+            cells = [r["task"], "*chance*", *(["-"] if lr_column else []), "-", "never", "-",
+                     "-", f"{r['final_token_acc']:.3f}", "-", "-", "-", f"`{r['config']}`"]
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
         ci = f"[{_steps(r['median_ci_low'])}, {_steps(r['median_ci_high'])}]"
         lr = f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")
         cells = [
@@ -135,7 +164,7 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
             f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
             f"{_steps(r['median_steps'])} {ci}",
             f"{_steps(r['q1_steps'])}-{_steps(r['q3_steps'])}",
-            _steps(r["median_width"]), f"{r['params']:,}",
+            _steps(r["median_width"]), f"{r['final_token_acc']:.3f}", f"{r['params']:,}",
             "-" if r["state_per_layer"] is None else f"{r['state_per_layer']:,}",
             f"{r['steps_per_s']:.1f}",
             f"`{r['config']}`",
@@ -144,17 +173,27 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
     return lines
 
 
-def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]]) -> str:
+def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
+                claim: str = "", figures: tuple[str, ...] = ("emergence",)) -> str:
     grid = len(every_lr) > len(rows)
-    lines = [f"# {title}", "", *_table(rows, grid), "",
-             "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never "
-             "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
-             "seeds emerged). Width: median steps from the end of the plateau to the rise."]
+    lines = [f"# {title}", ""]
+    if claim:
+        lines += [f"**Claim.** {claim}", ""]
+    lines += [*_table(with_chance_rows(rows), grid), "",
+              "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never "
+              "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
+              "seeds emerged). Width: median steps from the end of the plateau to the rise. "
+              "Final token acc: median over seeds of the held-out token accuracy at the end; "
+              "the chance row guesses uniformly. Config: hash of the row's config less the seed."]
     if grid:
         lines += ["", "Each architecture is shown at its best learning rate (lowest median "
                   "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "
                   "rates in brackets. Every rate:", "", *_table(every_lr, True)]
-    lines += ["", "![emergence curves](emergence.png)", ""]
+    captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
+                "factors": "solve rate and median steps against the swept factors",
+                "dynamics": "one seed per row: loss, exact accuracy and attention on the parents",
+                "attention": "learned attention beside the ground-truth pattern"}
+    lines += [""] + [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
     return "\n".join(lines)
 
 
@@ -165,41 +204,25 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def plot(path: Path, title: str, summaries: list[tuple[dict[str, Any], SurvivalSummary]]) -> None:
-    import matplotlib
+def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
+                      spec: dict[str, Any] | None = None) -> list[dict]:
+    """Write the table (md, csv) and figures for `results` into `out`; return the rows.
+    `spec` (the sweep spec as a dict) gives the claim and the factor plots."""
+    from . import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = list(dict.fromkeys(row["task"] for row, _ in summaries))  # one panel per task
-    archs = sorted({row["architecture"] for row, _ in summaries})
-    colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(archs)}  # same in each panel
-    fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        for row, km in summaries:
-            if row["task"] != task:
-                continue
-            steps = list(km.steps) + [row["budget"]]
-            frac = list(km.emerged) + [km.emerged[-1]]
-            ax.step(steps, frac, where="post", color=colour[row["architecture"]],
-                    label=f"{row['architecture']} (n={row['seeds']})")
-        ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
-               title=task if len(tasks) > 1 else title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    if len(tasks) > 1:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]]) -> list[dict]:
-    """Write the table (md, csv) and plot for `results` into `out`; return the rows."""
+    spec = spec or {}
     every_lr = summarise(results)
     summaries = best_lr(every_lr)
     rows = [row for row, _ in summaries]
-    (out / "leaderboard.md").write_text(to_markdown(title, rows, [r for r, _ in every_lr]))
-    write_csv(out / "leaderboard.csv", rows)
-    plot(out / "emergence.png", title, summaries)
+    plots.emergence_curves(out / "emergence.png", title, summaries)
+    figures = ["emergence"]
+    if spec.get("plots"):
+        plots.factors(out / "factors.png", rows, spec["plots"])
+        figures.append("factors")
+    for name, draw in (("dynamics", plots.dynamics), ("attention", plots.attention_maps)):
+        if draw(out / f"{name}.png", rows):
+            figures.append(name)
+    (out / "leaderboard.md").write_text(
+        to_markdown(title, rows, [r for r, _ in every_lr], spec.get("claim", ""), tuple(figures)))
+    write_csv(out / "leaderboard.csv", with_chance_rows(rows))
     return rows

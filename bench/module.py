@@ -7,6 +7,8 @@ its ground-truth parents (max over heads, per layer and overall).
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -33,6 +35,7 @@ class EmergenceModule(L.LightningModule):
         self.val_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
         self.val_exact_acc = MulticlassExactMatch(task.vocab_size)
         self.attention = [m for m in self.model.modules() if hasattr(m, "record_attention")]
+        self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
         # not a registered submodule: the compiled wrapper shares the model's parameters
         object.__setattr__(self, "forward_fn",
                            torch.compile(self.model) if train.compile else self.model)
@@ -72,6 +75,7 @@ class EmergenceModule(L.LightningModule):
         self.log_dict({"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
                        "val/exact_acc": self.val_exact_acc}, batch_size=B)  # synced by torchmetrics
         if self.attention:
+            self.attention_maps = [m.last_attention.mean(0) for m in self.attention]
             mass = torch.stack([self.parent_mass(m.last_attention) for m in self.attention])
             mass = {"val/parent_mass": mass.max(),
                     **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
@@ -81,6 +85,17 @@ class EmergenceModule(L.LightningModule):
         """Attention probs (B, H, L, L) -> max over heads of the mean mass on the parents."""
         rows = probs.index_select(2, self.scored)  # (B, H, P, L)
         return (rows * self.pattern).sum(-1).mean(dim=(0, 2)).max()
+
+    def learned_patterns(self) -> list[dict[str, Any]]:
+        """Per attention layer, the head with the most mass on the parents at the last
+        evaluation: its mean attention map (L, L) over the evaluation batch, rounded."""
+        out = []
+        for layer, maps in enumerate(self.attention_maps):  # maps (H, L, L)
+            mass = (maps.index_select(1, self.scored) * self.pattern).sum(-1).mean(-1)  # (H,)
+            head = int(mass.argmax())
+            out.append({"layer": layer, "head": head, "parent_mass": round(float(mass[head]), 4),
+                        "map": maps[head].round(decimals=3).tolist()})
+        return out
 
     def configure_optimizers(self):
         c = self.train_config

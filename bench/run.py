@@ -117,12 +117,24 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
 
 
 class RunRecorder(Callback):
-    """Times the run and, on rank 0, writes result.json when training ends."""
+    """Times the run, keeps every logged metric at each evaluation (the curves) and, on rank 0,
+    writes result.json when training ends."""
 
     def __init__(self, cfg: RunConfig, task: StateSequenceTask, tracker: EmergenceTracker,
                  run_dir: Path):
         self.cfg, self.task, self.tracker, self.run_dir = cfg, task, tracker, run_dir
         self._t0 = time.perf_counter()
+        self.curves: dict[str, list[float]] = {"step": []}
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        seen = len(self.curves["step"])
+        self.curves["step"].append(trainer.global_step)
+        for key, value in trainer.callback_metrics.items():
+            self.curves.setdefault(key, [math.nan] * seen).append(float(value))
+        for values in self.curves.values():  # a metric missing at this evaluation
+            values.extend([math.nan] * (seen + 1 - len(values)))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._t0 = time.perf_counter()
@@ -131,13 +143,14 @@ class RunRecorder(Callback):
         self.tracker.finish(self.cfg.train.max_steps)
         if trainer.is_global_zero:
             wall = time.perf_counter() - self._t0
-            result = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall)
+            result = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall,
+                                   self.curves)
             write_json_atomic(self.run_dir / "result.json", result)
 
 
 def summarise_run(
     cfg: RunConfig, task: StateSequenceTask, module: EmergenceModule, trainer: L.Trainer,
-    tracker: EmergenceTracker, wall: float,
+    tracker: EmergenceTracker, wall: float, curves: dict[str, list[float]],
 ) -> dict[str, Any]:
     """The contents of result.json."""
     steps = trainer.global_step
@@ -154,6 +167,8 @@ def summarise_run(
         "budget_steps": cfg.train.max_steps,
         "final_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
         "curve": tracker.history,
+        "curves": curves,
+        "learned_patterns": module.learned_patterns(),
         "wall_time_s": wall,
         "steps_per_s": steps / wall if wall > 0 else None,
         "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,

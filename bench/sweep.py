@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,11 @@ class SweepSpec:
     """training fields; `lr` may be a list (a grid: the best per architecture is reported)"""
     emergence: dict[str, Any] = field(default_factory=dict)
     trainer: dict[str, Any] = field(default_factory=dict)
+    claim: str = ""
+    """the claim the leaderboard tests, printed above its table"""
+    plots: list[list[str]] = field(default_factory=list)
+    """factor plots: each one or two axes (task.FIELD, arch.FIELD, train.FIELD, or supports =
+    C(S, s)) against which solve rate and median steps are drawn (a line, or heatmaps)"""
 
     def __post_init__(self) -> None:
         if not self.archs:
@@ -57,6 +63,13 @@ class SweepSpec:
                 raise ValueError(f"train.{key}: only train.lr may be a list (a grid)")
         if self.train.get("lr") == []:
             raise ValueError("train.lr: an empty grid; give a number or a non-empty list")
+        for axes in self.plots:
+            if not 1 <= len(axes) <= 2:
+                raise ValueError(f"plots: each plot has one or two axes, got {list(axes)}")
+            for axis in axes:
+                if axis != "supports" and axis.split(".")[0] not in ("task", "arch", "train"):
+                    raise ValueError(f"plots: unknown axis '{axis}'; allowed: task.FIELD, "
+                                     "arch.FIELD, train.FIELD, supports")
 
     @property
     def tasks(self) -> list[dict[str, Any]]:
@@ -201,13 +214,15 @@ def check_out_dir(out: Path) -> None:
 
 
 def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
-              options: dict[str, Any] | None = None, progress: bool = True) -> dict[str, int]:
-    """Run every unfinished job of `spec` into `out`; return the counts per status."""
+              options: dict[str, Any] | None = None, progress: bool = True,
+              keep: Callable[[RunConfig], bool] | None = None) -> dict[str, int]:
+    """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
+    per status."""
     from .executors import resolve_executor
 
     options = options or {}
     out = out.absolute()
-    jobs = expand(spec)
+    jobs = [job for job in expand(spec) if keep is None or keep(job)]
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -238,10 +253,10 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
             db.close()
 
 
-def read_results(out: Path) -> tuple[str, list[dict[str, Any]]]:
-    """The sweep's title and the result of every finished job of its current spec."""
+def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The sweep's spec (as last run) and the result of every finished job of that spec."""
     db = ResultsDB(out / ResultsDB.FILENAME)
     try:
-        return db.meta("name", out.name), db.results()
+        return db.meta("spec", {}) | {"name": db.meta("name", out.name)}, db.results()
     finally:
         db.close()

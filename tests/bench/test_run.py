@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from bench.config import load_run_config
 from bench.run import train
@@ -70,3 +71,27 @@ def test_a_run_whose_loss_goes_non_finite_is_diverged_and_stops(tmp_path):
     assert math.isnan(result["final_metrics"]["val/loss"])
     assert math.isnan(json.loads((tmp_path / "r" / "result.json").read_text())
                       ["final_metrics"]["val/loss"])
+
+
+def test_the_result_keeps_every_metric_curve_and_the_learned_pattern(tmp_path):
+    cfg = load_run_config([*TINY, "train.max_steps=100"])
+    result = train(cfg, tmp_path / "r", progress=False)
+    curves = result["curves"]
+    assert curves["step"] == [25, 50, 75, 100]
+    for key in ("val/loss", "val/token_acc", "val/exact_acc", "val/parent_mass", "train/loss"):
+        assert len(curves[key]) == 4 and all(math.isfinite(v) for v in curves[key])
+    assert curves["val/token_acc"][-1] == result["final_metrics"]["val/token_acc"]
+    assert [s for s, _ in result["curve"]] == curves["step"]
+    patterns = result["learned_patterns"]
+    assert [p["layer"] for p in patterns] == [0, 1]  # one entry per attention layer
+    for p in patterns:
+        rows = torch.tensor(p["map"])
+        assert rows.shape == (11, 11) and 0 <= p["head"] < cfg.arch.n_heads
+        assert torch.allclose(rows.sum(-1), torch.ones(11), atol=0.01)  # a softmax per row
+        assert torch.equal(rows.triu(1), torch.zeros(11, 11))  # causal
+
+
+def test_mixers_without_attention_have_no_learned_pattern(tmp_path):
+    cfg = load_run_config([*TINY, "arch.name=mlp_mixer", "train.max_steps=25"])
+    result = train(cfg, tmp_path / "r", progress=False)
+    assert result["learned_patterns"] == [] and "val/parent_mass" not in result["curves"]

@@ -1,0 +1,139 @@
+"""`bench reproduce SPEC`: rerun a committed leaderboard into a fresh directory and say, row by row
+and with a statistical test, whether the new results agree with the committed ones.
+
+Per row (a configuration less its seed): a log-rank test on the steps-to-emergence distributions
+(censored seeds kept) and a Fisher exact test on the solve rates. The p-values of the whole table
+are Benjamini-Hochberg adjusted (a table is many hypotheses); a row *differs* when either of its
+adjusted p-values is below `alpha`. Rerunning the committed seeds on the same kind of machine
+reproduces them exactly (p = 1); fresh seeds (`--seed-start`) make it an independent replication.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError
+from .leaderboard import group_key, row_labels, write_leaderboard
+from .results import ResultsDB
+from .stats import adjust, kaplan_meier, logrank_p, solve_rate_p
+from .sweep import SweepSpec, expand, load_spec, read_results, run_sweep
+
+
+def committed_dir(spec_path: Path) -> Path:
+    """Where a spec's committed results live: next to it, without `.yaml`."""
+    return spec_path.with_suffix("")
+
+
+def select_spec(spec: SweepSpec, seeds: int | None, seed_start: int) -> SweepSpec:
+    if seed_start < 0:
+        raise ConfigError(f"--seed-start: must be >= 0, got {seed_start}")
+    if seeds is None:
+        if seed_start:
+            return dataclasses.replace(spec, seeds=[s + seed_start for s in spec.seed_list()])
+        return spec
+    if seeds < 1:
+        raise ConfigError(f"--seeds: must be >= 1, got {seeds}")
+    return dataclasses.replace(spec, seeds=list(range(seed_start, seed_start + seeds)))
+
+
+def row_filter(spec: SweepSpec, rows: list[str]):
+    """A job filter keeping the rows whose config hash starts with one of `rows` (all if none)."""
+    if not rows:
+        return None
+    keys = {group_key(job.to_dict()) for job in expand(spec)}
+    for prefix in rows:
+        if not any(k.startswith(prefix) for k in keys):
+            raise ConfigError(f"--row: '{prefix}' matches no row of {spec.name}; "
+                              f"allowed: {', '.join(sorted(keys))}")
+    return lambda job: any(group_key(job.to_dict()).startswith(p) for p in rows)
+
+
+def _sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
+    times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
+             for r in runs]
+    return times, [r["status"] == "emerged" for r in runs]
+
+
+def _median(runs: list[dict[str, Any]]) -> str:
+    m = kaplan_meier(*_sample(runs)).median
+    return "never" if m == float("inf") else f"{m:.0f}"
+
+
+def compare(committed: list[dict[str, Any]], fresh: list[dict[str, Any]],
+            alpha: float) -> list[dict[str, Any]]:
+    """One verdict per row of `fresh`, tested against the committed runs of the same row."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for r in committed:
+        by_key.setdefault(group_key(r["config"]), []).append(r)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in fresh:
+        groups.setdefault(group_key(r["config"]), []).append(r)
+    rows = []
+    for key, runs in groups.items():
+        ref = by_key.get(key, [])
+        task, arch = row_labels(runs[0]["config"])
+        row = {"config": key, "task": task, "architecture": arch,
+               "committed_solved": f"{sum(r['status'] == 'emerged' for r in ref)}/{len(ref)}",
+               "new_solved": f"{sum(r['status'] == 'emerged' for r in runs)}/{len(runs)}",
+               "committed_median": _median(ref) if ref else "-", "new_median": _median(runs)}
+        if ref:
+            (ta, ea), (tb, eb) = _sample(ref), _sample(runs)
+            row["p_logrank"] = logrank_p(ta, ea, tb, eb)
+            row["p_solve_rate"] = solve_rate_p(sum(ea), len(ea), sum(eb), len(eb))
+        rows.append(row)
+    tested = [r for r in rows if "p_logrank" in r]
+    adjusted = adjust([p for r in tested for p in (r["p_logrank"], r["p_solve_rate"])])
+    for i, r in enumerate(tested):
+        r["p_adjusted"] = min(adjusted[2 * i], adjusted[2 * i + 1])
+    for r in rows:
+        r["verdict"] = ("no committed runs" if "p_adjusted" not in r
+                        else "agrees" if r["p_adjusted"] >= alpha else "differs")
+    return rows
+
+
+def to_markdown(name: str, rows: list[dict[str, Any]], alpha: float, fresh: Path) -> str:
+    header = ["task", "architecture", "solved (committed -> new)", "median steps",
+              "p log-rank", "p solve rate", "p adjusted", "verdict", "config"]
+    lines = [f"# reproduce {name}", "", f"New results: `{fresh}`. A row differs when a "
+             f"Benjamini-Hochberg adjusted p-value is below {alpha:g}.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        p = [f"{r[k]:.3g}" if k in r else "-" for k in ("p_logrank", "p_solve_rate",
+                                                         "p_adjusted")]
+        lines.append("| " + " | ".join([
+            r["task"], f"`{r['architecture']}`",
+            f"{r['committed_solved']} -> {r['new_solved']}",
+            f"{r['committed_median']} -> {r['new_median']}", *p,
+            f"**{r['verdict']}**", f"`{r['config']}`"]) + " |")
+    agree = sum(r["verdict"] == "agrees" for r in rows)
+    lines += ["", f"{agree} of {len(rows)} rows agree.", ""]
+    return "\n".join(lines)
+
+
+def reproduce(spec_path: Path, out: Path | None, seeds: int | None, seed_start: int,
+              rows: list[str], alpha: float, executor: str, workers: int,
+              options: dict[str, Any], progress: bool) -> tuple[list[dict[str, Any]], Path]:
+    """Rerun (part of) a committed leaderboard into `out`, compare, write reproduce.md/json."""
+    if not 0 < alpha < 1:
+        raise ConfigError(f"--alpha: must be in (0, 1), got {alpha}")
+    spec = select_spec(load_spec(spec_path), seeds, seed_start)
+    reference = committed_dir(spec_path)
+    db_path = reference / ResultsDB.FILENAME
+    if not db_path.is_file():
+        raise ConfigError(f"{spec_path}: no committed results at {db_path}")
+    out = out or Path("runs") / "reproduce" / spec.name
+    if out.absolute() == reference.absolute():
+        raise ConfigError(f"--out: {out} holds the committed results; give a fresh directory")
+    keep = row_filter(spec, rows)
+    _, committed = read_results(reference)
+    run_sweep(spec, out, executor, workers, options, progress, keep=keep)
+    spec_dict, fresh = read_results(out)  # the jobs just listed: the kept rows and seeds
+    write_leaderboard(out, spec.name, fresh, spec_dict)
+    table = compare(committed, fresh, alpha)
+    (out / "reproduce.md").write_text(to_markdown(spec.name, table, alpha, out))
+    (out / "reproduce.json").write_text(json.dumps({"spec": str(spec_path), "alpha": alpha,
+                                                    "rows": table}, indent=2) + "\n")
+    return table, out
