@@ -224,5 +224,5 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
             figures.append(name)
     (out / "leaderboard.md").write_text(
         to_markdown(title, rows, [r for r, _ in every_lr], spec.get("claim", ""), tuple(figures)))
-    write_csv(out / "leaderboard.csv", with_chance_rows(rows))
+    write_csv(out / "leaderboard.csv", rows)
     return rows

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError
-from .emergence import EmergenceCriterion, EmergenceTracker
 
 Row = dict[str, Any]
 
@@ -142,14 +141,18 @@ def _factor_lines(left, right, axis: str, groups) -> None:
             right.scatter(*zip(*never), marker="x", s=60, color=line.get_color(), zorder=3)
     log = axis == "supports" or all(x > 0 for x in (v[0] for g in groups.values()
                                                      for v, _ in g)) and _spans(groups)
+    values = sorted({v[0] for g in groups.values() for v, _ in g})
     for ax in (left, right):
         ax.set_xlabel("C(S, s): candidate supports" if axis == "supports" else axis)
         if log:
             ax.set_xscale("log", base=2)
+        if axis != "supports":
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.minorticks_off()
         ax.grid(alpha=0.3)
     left.set(ylabel="solve rate", ylim=(-0.03, 1.03), title=f"solve rate vs {axis}")
-    right.set(ylabel="median steps to emergence", title=f"median steps (95% CI) vs {axis}; "
-              "x: fewer than half emerged (at budget)")
+    right.set(ylabel="median steps to emergence (x: never)",
+              title=f"median steps (95% CI) vs {axis}")
     left.legend(fontsize=7)
 
 
@@ -159,6 +162,8 @@ def _spans(groups) -> bool:
 
 
 def _factor_heatmaps(fig, left, right, axes: list[str], name: str, members) -> None:
+    from matplotlib import patheffects
+
     xs = sorted({v[0] for v, _ in members})
     ys = sorted({v[1] for v, _ in members})
     solve = np.full((len(ys), len(xs)), np.nan)
@@ -177,8 +182,8 @@ def _factor_heatmaps(fig, left, right, axes: list[str], name: str, members) -> N
                 if not np.isnan(data[i, j]):
                     text = ("never" if never[i, j] and data is steps
                             else f"{data[i, j]:.2f}" if data is solve else f"{data[i, j]:.0f}")
-                    ax.text(j, i, text, ha="center", va="center", fontsize=8, color="w"
-                            if (data is solve and data[i, j] < 0.5) else "k")
+                    ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                            path_effects=[patheffects.withStroke(linewidth=2.5, foreground="w")])
         ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
         ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
         ax.set(xlabel=axes[0], ylabel=axes[1], title=f"{title}\n{name}")
@@ -196,33 +201,32 @@ def representative(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return min(runs, key=lambda r: sign * r["final_metrics"].get(metric, math.inf))
 
 
-def plateau(run: dict[str, Any], chance: float, solved: float) -> tuple[int, int] | None:
-    """(end of plateau, emergence step) of an emerged run, from its recorded curve."""
+def plateau(run: dict[str, Any]) -> tuple[int | None, int] | None:
+    """(end of the plateau, emergence step) of an emerged run. The plateau ends at the last
+    evaluation before the final rise whose held-out loss is within 10% of the way from chance
+    (ln V) to 0; None when no evaluation sat there."""
     if run["status"] != "emerged":
         return None
-    tracker = EmergenceTracker(EmergenceCriterion(**run["config"]["emergence"]), chance, solved,
-                               history=[tuple(p) for p in run["curve"]], status="emerged",
-                               step=run["steps_to_emergence"])
-    ends = tracker.transition()
-    return (ends[0] if ends else run["steps_to_emergence"]), run["steps_to_emergence"]
+    curves, step = run["curves"], run["steps_to_emergence"]
+    chance = math.log(_vocab(run["config"]["task"]))
+    on_plateau = [s for s, loss in zip(curves["step"], curves["val/loss"])
+                  if s < step and loss >= 0.9 * chance]
+    return (max(on_plateau) if on_plateau else None), step
 
 
 def dynamics(path: Path, rows: list[Row]) -> bool:
     """Draw `dynamics.png`; False (nothing written) when no row has recorded curves."""
-    from .run import chance_and_solved
-
     shown = [(row, representative(row["runs"])) for row in rows]
     shown = [(row, run) for row, run in shown if run.get("curves")]
     if not shown:
         return False
     plt = _pyplot()
-    fig, grid = plt.subplots(len(shown), 2, figsize=(12, 2.6 * len(shown)), squeeze=False)
+    fig, grid = plt.subplots(len(shown), 2, figsize=(12, 2.9 * len(shown)), squeeze=False)
     for (row, run), (left, right) in zip(shown, grid):
         curves = run["curves"]
         steps = curves["step"]
-        metric = run["config"]["emergence"]["metric"]
         vocab = _vocab(run["config"]["task"])
-        marks = plateau(run, *chance_and_solved(metric, vocab))
+        marks = plateau(run)
         left.plot(steps, curves["val/loss"], color="C0", label="held-out loss")
         left.axhline(math.log(vocab), color="C0", ls=":", lw=0.8)
         left.set_ylabel("loss", color="C0")
@@ -240,14 +244,17 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
             right.text(0.5, 0.5, "no attention to read", ha="center", va="center",
                        transform=right.transAxes, color="grey")
         for ax in (left, right):
-            if marks:
+            if marks and marks[0] is not None:
                 ax.axvline(marks[0], color="grey", ls="--", lw=0.9)
+            if marks:
                 ax.axvline(marks[1], color="k", lw=1.1)
             ax.grid(alpha=0.3)
         seed = run["config"]["seed"]
-        outcome = (f"emerged at {marks[1]} (plateau ends {marks[0]})" if marks
-                   else run["status"])
-        left.set_title(f"{row['task']} / {row['architecture']}, seed {seed}: {outcome}",
+        outcome = run["status"]
+        if marks:
+            outcome = f"emerged at step {marks[1]} (solid)" + (
+                f", plateau ends at {marks[0]} (dashed)" if marks[0] is not None else "")
+        left.set_title(f"{row['task']}\n{row['architecture']}, seed {seed}: {outcome}",
                        fontsize=8)
         right.set_title("attention mass on the ground-truth parents (max over heads)", fontsize=8)
     grid[-1][0].set_xlabel("training step")
@@ -279,11 +286,11 @@ def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
     for (row, run, best), (left, right) in zip(shown, grid):
         truth = build_task(load_task_config(run["config"]["task"])).attention_target()
         left.imshow(truth.numpy(), cmap="Greys", vmin=0, vmax=1)
-        left.set_title(f"ground truth: {row['task']}", fontsize=8)
+        left.set_title(f"ground truth\n{row['task']}", fontsize=8)
         right.imshow(np.asarray(best["map"]), cmap="viridis", vmin=0, vmax=1)
-        right.set_title(f"{row['architecture']}, seed {run['config']['seed']} ({run['status']}):"
-                        f" layer {best['layer']} head {best['head']}, "
-                        f"parent mass {best['parent_mass']:.2f}", fontsize=8)
+        right.set_title(f"{row['architecture']}, seed {run['config']['seed']} ({run['status']})\n"
+                        f"layer {best['layer']} head {best['head']}: "
+                        f"mass on parents {best['parent_mass']:.2f}", fontsize=8)
         for ax in (left, right):
             ax.set(xlabel="input position read", ylabel="output position")
     _save(fig, path)

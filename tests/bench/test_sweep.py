@@ -37,7 +37,7 @@ def _result(lr: float, seed: int, step: int | None, budget: int = 100) -> dict:
                        "arch": {"name": "transformer"}, "train": {"lr": lr}},
             "status": "emerged" if step else "censored", "steps_to_emergence": step,
             "budget_steps": budget, "transition_width": None, "n_params": 10,
-            "state_per_layer": 1, "steps_per_s": 1.0}
+            "state_per_layer": 1, "steps_per_s": 1.0, "final_metrics": {"val/token_acc": 1.0}}
 
 
 def test_each_architecture_is_reported_at_its_best_learning_rate():
@@ -52,7 +52,8 @@ def test_each_architecture_is_reported_at_its_best_learning_rate():
 
 
 def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
-    path = spec_file(train={**load_spec(spec_file()).train, "lr": [0.003, 0.01]})
+    path = spec_file(train={**load_spec(spec_file()).train, "lr": [0.003, 0.01]},
+                     claim="Tiny models learn tiny maps.", plots=[["train.lr"]])
     assert cli("sweep", str(path), "--no-progress")[0] == 0
     out = path.with_suffix("")
     db = sqlite3.connect(out / "results.sqlite")
@@ -61,11 +62,17 @@ def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
     assert len(rows) == 8 and {r[1] for r in rows} <= {"emerged", "censored"}
     assert all(r[2] == 1 and '"seed"' in r[4] and '"torch"' in r[5] for r in rows)
     assert db.execute("SELECT count(*) FROM jobs WHERE status = 'emerged'").fetchone()[0] >= 4
-    for name in ("leaderboard.md", "leaderboard.csv", "emergence.png"):
+    figures = ("emergence", "factors", "dynamics", "attention")
+    for name in ("leaderboard.md", "leaderboard.csv", *(f"{f}.png" for f in figures)):
         assert (out / name).stat().st_size > 0
     table = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert len(table) == 2 and all(r["lr_grid"] == "0.003 0.01" for r in table)
-    assert "Every rate:" in (out / "leaderboard.md").read_text()
+    assert all(0.5 <= float(r["final_token_acc"]) <= 1 for r in table)
+    markdown = (out / "leaderboard.md").read_text()
+    assert "Every rate:" in markdown and "**Claim.** Tiny models learn tiny maps." in markdown
+    chance = [line for line in markdown.splitlines() if "| *chance* |" in line]
+    assert len(chance) == 1 and "| never |" in chance[0] and "| 0.500 |" in chance[0]
+    assert all(f"]({f}.png)" in markdown for f in figures)
 
     # a rerun trains nothing; a job left `running` by a killed sweep runs again
     db.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (rows[0][0],))
