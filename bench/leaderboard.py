@@ -137,12 +137,30 @@ def chance_row(task_row: dict[str, Any]) -> dict[str, Any]:
             "config": content_hash(task_row["job_config"]["task"], 10)}
 
 
+def ceiling_row(task_row: dict[str, Any]) -> dict[str, Any] | None:
+    """The Bayes-optimal predictor's row where it is short of perfect (a rule inferred in
+    context): the best final token accuracy any architecture can reach on this held-out set."""
+    from datamodules import build_task
+
+    from .config import load_task_config
+
+    config = task_row["job_config"]
+    task = build_task(load_task_config(config["task"]), eval_size=config["train"]["eval_size"])
+    accuracy, _ = task.ceiling()
+    if accuracy > 1 - 1e-9:
+        return None
+    return {**chance_row(task_row), "architecture": "Bayes-optimal",
+            "final_token_acc": accuracy}
+
+
 def with_chance_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each task's null rows after its last: chance, and the Bayes-optimal
+    ceiling where a perfect score is out of reach."""
     out = []
     for i, row in enumerate(rows):
         out.append(row)
         if i + 1 == len(rows) or rows[i + 1]["task"] != row["task"]:
-            out.append(chance_row(row))
+            out += [r for r in (ceiling_row(row), chance_row(row)) if r is not None]
     return out
 
 
@@ -152,9 +170,10 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
               "state/layer", "steps/s", "config"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        if r["architecture"] == "chance":
-            cells = [r["task"], "*chance*", *(["-"] if lr_column else []), "-", "never", "-",
-                     "-", f"{r['final_token_acc']:.3f}", "-", "-", "-", f"`{r['config']}`"]
+        if r["architecture"] in ("chance", "Bayes-optimal"):
+            cells = [r["task"], f"*{r['architecture']}*", *(["-"] if lr_column else []), "-",
+                     "-", "-", "-", f"{r['final_token_acc']:.3f}", "-", "-", "-",
+                     f"`{r['config']}`"]
             lines.append("| " + " | ".join(cells) + " |")
             continue
         ci = f"[{_steps(r['median_ci_low'])}, {_steps(r['median_ci_high'])}]"
@@ -184,7 +203,9 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
               "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
               "seeds emerged). Width: median steps from the end of the plateau to the rise. "
               "Final token acc: median over seeds of the held-out token accuracy at the end; "
-              "the chance row guesses uniformly. Config: hash of the row's config less the seed."]
+              "the chance row guesses uniformly; a Bayes-optimal row (where a perfect score is "
+              "out of reach) knows the rule pool and infers the active rule from the prefix. "
+              "Config: hash of the row's config less the seed."]
     if grid:
         lines += ["", "Each architecture is shown at its best learning rate (lowest median "
                   "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "

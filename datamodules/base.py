@@ -93,6 +93,27 @@ class StateSequenceTask(L.LightningDataModule):
         """`n` sequences (n, S*T) and the hidden parameters that made them."""
         return self.draw(n, generator), self.hidden()
 
+    def next_token_posterior(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, P, V): the Bayes-optimal predictor's distribution over each scored token of
+        `tokens` (B, S*T), knowing the task's hidden parameters but not the sequence's own draws.
+        Here every scored token is a function of the state before it (a one-hot); tasks whose
+        sequences hide something (a rule drawn per sequence) override it."""
+        scored = tokens[:, self.state_size :]
+        if self.config.random_targets:
+            return torch.full((*scored.shape, self.vocab_size), 1 / self.vocab_size)
+        return torch.nn.functional.one_hot(scored, self.vocab_size).float()
+
+    def ceiling(self) -> tuple[float, float]:
+        """(token accuracy, loss in nats) of the Bayes-optimal predictor on the held-out set:
+        the best any model can score (accuracy 1 and loss 0 for a deterministic task)."""
+        tokens = self.eval_batch(torch.device("cpu"))
+        full = torch.cat([tokens.inputs[:, :1], tokens.targets], dim=1)  # (B, S*T)
+        post = self.next_token_posterior(full)
+        truth = full[:, self.state_size :]
+        accuracy = post.max(-1).values.mean()  # expected accuracy of the argmax guess
+        loss = -post.gather(-1, truth[..., None]).clamp_min(1e-12).log().mean()
+        return float(accuracy), float(loss) + 0.0  # no -0.0
+
     # --- shared ----------------------------------------------------------------------------
     @property
     def n_tokens(self) -> int:

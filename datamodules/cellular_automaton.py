@@ -115,6 +115,31 @@ class CellularAutomaton(StateSequenceTask):
     def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
         return self.sample_with_rules(batch_size, generator)[0]
 
+    def next_token_posterior(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The rule is hidden: the Bayes-optimal predictor keeps the pool's rules consistent with
+        every token seen so far (uniform prior, deterministic rules) and predicts their mixture."""
+        c = self.config
+        if c.random_targets or c.n_rules == 1:
+            return super().next_token_posterior(tokens)
+        B, S, K = len(tokens), c.n_cells, c.n_colors
+        states = tokens.view(B, c.n_states, S)
+        alive = torch.ones(B, c.n_rules, dtype=torch.bool)
+        out = []
+        for t in range(c.n_states - 1):
+            preds = []
+            for table in self.rules:  # each rule's next state from this one (B, S)
+                x = states[:, t]
+                for _ in range(c.rule_applications):
+                    x = apply_rule(x, table.expand(B, -1), K, c.radius)
+                preds.append(x)
+            preds = torch.stack(preds, dim=1)  # (B, N, S)
+            for i in range(S):
+                votes = torch.nn.functional.one_hot(preds[:, :, i], K).float()  # (B, N, K)
+                mix = (votes * alive[..., None]).sum(1)
+                out.append(mix / mix.sum(-1, keepdim=True))
+                alive &= preds[:, :, i] == states[:, t + 1, i][:, None]
+        return torch.stack(out, dim=1)  # (B, S*(T-1), K)
+
     def parents(self) -> torch.Tensor:
         S, reach = self.config.n_cells, self.config.radius * self.config.rule_applications
         offset = (torch.arange(S)[None, :] - torch.arange(S)[:, None]) % S  # (j - i) mod S

@@ -1,6 +1,9 @@
+import math
+
 import pytest
 import torch
 
+from datamodules.base import make_generator
 from datamodules.cellular_automaton import (
     CellularAutomaton,
     CellularAutomatonConfig,
@@ -82,3 +85,38 @@ def test_attention_target_matches_the_rule():
     target = task.attention_target()
     S = 9
     assert torch.equal(target[S - 1 + 4, :S], parents[4])  # row predicting x_1[4] reads x_0
+
+
+def test_the_bayes_ceiling_infers_the_rule_from_the_prefix():
+    task = CellularAutomaton(CellularAutomatonConfig(n_cells=6, n_colors=2, n_rules=3,
+                                                     n_states=3), eval_size=64)
+    tokens, rule = task.sample_with_rules(64, make_generator(0, 9, 0, torch.device("cpu")))
+    post = task.next_token_posterior(tokens)  # (B, 12, 2)
+    assert post.shape == (64, 12, 2) and torch.allclose(post.sum(-1), torch.ones(64, 12))
+    truth = tokens[:, 6:]
+    assert (post.gather(-1, truth[..., None]) > 0).all()  # the true rule is never ruled out
+    # the first scored token: the share of the pool's rules that predict each colour
+    x0 = tokens[:, :6]
+    first = torch.stack([apply_rule(x0, t.expand(64, -1), 2, 1)[:, 0] for t in task.rules], 1)
+    assert torch.allclose(post[:, 0, 1], first.float().mean(1))
+    # brute force over the pool: the posterior is the mixture of the consistent rules
+    for b in range(8):
+        seq = tokens[b].view(3, 6)
+        for p in range(12):
+            t, i = divmod(p, 6)
+            alive = [r for r in task.rules
+                     if all(torch.equal(apply_rule(seq[u][None], r[None], 2, 1)[0, :],
+                                        seq[u + 1]) for u in range(t))
+                     and torch.equal(apply_rule(seq[t][None], r[None], 2, 1)[0, :i],
+                                     seq[t + 1, :i])]
+            ones = sum(int(apply_rule(seq[t][None], r[None], 2, 1)[0, i]) for r in alive)
+            assert post[b, p, 1].item() == pytest.approx(ones / len(alive))
+    accuracy, loss = task.ceiling()
+    assert 0.5 < accuracy < 1 and loss > 0
+
+
+def test_one_rule_or_a_linear_map_has_a_perfect_ceiling_and_random_targets_none():
+    assert CellularAutomaton(CellularAutomatonConfig(n_rules=1)).ceiling() == (1.0, 0.0)
+    noise = CellularAutomaton(CellularAutomatonConfig(n_colors=4, random_targets=True))
+    accuracy, loss = noise.ceiling()
+    assert accuracy == pytest.approx(0.25) and loss == pytest.approx(math.log(4))
