@@ -94,15 +94,32 @@ def _series(config: dict[str, Any], axes: list[str]) -> str:
     return " / ".join(dict.fromkeys(row_labels(trimmed)))
 
 
+def covarying(rows: list[Row], axes: list[str]) -> list[str]:
+    """Fields that are a function of the plotted axes over these rows and vary with them (e.g.
+    head_dim = width / n_heads): they belong to the axis, not to the series."""
+    keyed = [(tuple(axis_value(r["job_config"], a) for a in axes), r["job_config"]) for r in rows]
+    out = []
+    for section in ("task", "arch", "train"):
+        for name in sorted({k for _, c in keyed for k in c.get(section, {})}):
+            field = f"{section}.{name}"
+            seen: dict[tuple, set] = {}
+            for values, config in keyed:
+                seen.setdefault(values, set()).add(repr(config.get(section, {}).get(name)))
+            if (field not in axes and all(len(v) == 1 for v in seen.values())
+                    and len(set.union(*seen.values())) > 1):
+                out.append(field)
+    return out
+
+
 def factors(path: Path, rows: list[Row], plots: list[list[str]]) -> None:
     plt = _pyplot()
-    panels = []  # (axes, series label, [(values, row)])
+    panels = []  # (axes, {series label: [(values, row)]})
     for axes in plots:
+        trim = axes + covarying(rows, axes)  # with `supports`: a series per state size
         groups: dict[str, list[tuple[tuple[float, ...], Row]]] = {}
         for row in rows:
             config = row["job_config"]
             values = tuple(axis_value(config, a) for a in axes)
-            trim = ["task.sparsity"] if axes == ["supports"] else axes  # a series per S
             groups.setdefault(_series(config, trim), []).append((values, row))
         if len(axes) == 1:
             panels.append((axes, groups))
