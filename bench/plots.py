@@ -115,7 +115,8 @@ def factors(path: Path, rows: list[Row], plots: list[list[str]]) -> None:
     plt = _pyplot()
     panels = []  # (axes, {series label: [(values, row)]})
     for axes in plots:
-        trim = axes + covarying(rows, axes)  # with `supports`: a series per state size
+        fields = ["task.sparsity" if a == "supports" else a for a in axes]  # supports: per S
+        trim = fields + covarying(rows, axes)
         groups: dict[str, list[tuple[tuple[float, ...], Row]]] = {}
         for row in rows:
             config = row["job_config"]
