@@ -47,6 +47,11 @@ def _arch_schema(name: str) -> type | None:
         return None
 
 
+def vocab_size(task: dict[str, Any]) -> int:
+    """Tokens a task's config draws from: n_colors of an automaton, the modulus of a map."""
+    return task.get("n_colors") or task.get("modulus") or 2
+
+
 def row_labels(config: dict[str, Any]) -> tuple[str, str]:
     """(task, architecture) as the leaderboard shows them."""
     return (label(config["task"], TASKS[config["task"]["name"]][0], TASK_FIELDS),
@@ -129,11 +134,9 @@ def _steps(x: float) -> str:
 
 def chance_row(task_row: dict[str, Any]) -> dict[str, Any]:
     """The null row of a task: uniform guessing solves nothing and scores 1/V per token."""
-    from .plots import _vocab
-
     return {"task": task_row["task"], "architecture": "chance", "seeds": 0, "emerged": 0,
             "diverged": 0, "solve_rate": 0.0, "median_steps": math.inf,
-            "final_token_acc": 1 / _vocab(task_row["job_config"]["task"]),
+            "final_token_acc": 1 / vocab_size(task_row["job_config"]["task"]),
             "config": content_hash(task_row["job_config"]["task"], 10)}
 
 

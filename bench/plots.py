@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError
+from .leaderboard import row_labels, vocab_size
 
 Row = dict[str, Any]
 
@@ -85,8 +86,6 @@ def axis_value(config: dict[str, Any], axis: str) -> float:
 
 def _series(config: dict[str, Any], axes: list[str]) -> str:
     """The row's label with the plotted fields taken out: rows that differ only on the axes."""
-    from .leaderboard import row_labels
-
     trimmed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for axis in axes:
         section, _, name = axis.partition(".")
@@ -226,7 +225,7 @@ def plateau(run: dict[str, Any]) -> tuple[int | None, int] | None:
     if run["status"] != "emerged":
         return None
     curves, step = run["curves"], run["steps_to_emergence"]
-    chance = math.log(_vocab(run["config"]["task"]))
+    chance = math.log(vocab_size(run["config"]["task"]))
     on_plateau = [s for s, loss in zip(curves["step"], curves["val/loss"])
                   if s < step and loss >= 0.9 * chance]
     return (max(on_plateau) if on_plateau else None), step
@@ -243,7 +242,7 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
     for (row, run), (left, right) in zip(shown, grid):
         curves = run["curves"]
         steps = curves["step"]
-        vocab = _vocab(run["config"]["task"])
+        vocab = vocab_size(run["config"]["task"])
         marks = plateau(run)
         left.plot(steps, curves["val/loss"], color="C0", label="held-out loss")
         left.axhline(math.log(vocab), color="C0", ls=":", lw=0.8)
@@ -279,10 +278,6 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
     grid[-1][1].set_xlabel("training step")
     _save(fig, path)
     return True
-
-
-def _vocab(task: dict[str, Any]) -> int:
-    return task.get("n_colors") or task.get("modulus") or 2
 
 
 def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
