@@ -4,7 +4,7 @@ import csv
 import math
 import sqlite3
 
-from bench.leaderboard import best_lr, summarise
+from bench.leaderboard import best_lr, summarise, with_chance_rows
 from bench.sweep import SweepLock, expand, load_spec
 
 
@@ -120,3 +120,19 @@ def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(
     for command in ("leaderboard", "status"):
         code, captured = cli(command, str(tmp_path))
         assert code == 2 and "no results database (results.sqlite) here" in captured.err
+
+
+def test_null_rows_chance_always_and_the_bayes_ceiling_where_perfect_is_out_of_reach():
+    def row(task: dict) -> dict:
+        return {"task": task["name"], "job_config": {"task": task, "train": {"eval_size": 256}}}
+
+    automaton = row({"name": "cellular_automaton", "n_cells": 8, "n_colors": 2, "radius": 1,
+                     "rule_applications": 1, "n_rules": 4, "n_states": 4, "task_seed": 0,
+                     "random_targets": False})
+    linear = row({"name": "linear_map", "state_size": 4, "sparsity": 1, "modulus": 3,
+                  "n_states": 3, "task_seed": 0, "random_targets": False})
+    rows = with_chance_rows([automaton, linear])
+    assert [r["architecture"] for r in rows[1:3]] == ["Bayes-optimal", "chance"]
+    assert 0.9 < rows[1]["final_token_acc"] < 0.99 and rows[2]["final_token_acc"] == 0.5
+    assert [r["architecture"] for r in rows[4:]] == ["chance"]  # deterministic: no ceiling
+    assert rows[4]["final_token_acc"] == 1 / 3
