@@ -94,9 +94,17 @@ class RunConfig:
     def job_id(self) -> str:
         """Stable content hash of the resolved config: the same job has the same id anywhere.
         Knobs that change speed, not the experiment (train.compile), are left out."""
-        config = self.to_dict()
-        del config["train"]["compile"]
-        return content_hash(config, 12)
+        return content_hash(experiment(self.to_dict()), 12)
+
+
+SPEED_ONLY = ("compile",)  # train fields that change speed, not the experiment
+
+
+def experiment(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config (as a dict) less the knobs that change speed, not the experiment: the
+    part job ids and leaderboard rows are keyed by (results from before a knob existed match)."""
+    train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
+    return {**config, "train": train}
 
 
 def content_hash(data: Any, length: int) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from architectures import ContractError, resolve
 from datamodules import TASKS
 
-from .config import content_hash
+from .config import content_hash, experiment
 from .stats import SurvivalSummary, kaplan_meier
 
 # The task fields every leaderboard row shows, default or not.
@@ -60,7 +60,7 @@ def row_labels(config: dict[str, Any]) -> tuple[str, str]:
 
 def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> str:
     """Hash of a job's config less the seed: one leaderboard row per value."""
-    config = {k: v for k, v in config.items() if k not in without}
+    config = {k: v for k, v in experiment(config).items() if k not in without}
     if "lr" in without:
         config["train"] = {k: v for k, v in config["train"].items() if k != "lr"}
     return content_hash(config, 10)

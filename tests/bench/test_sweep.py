@@ -136,3 +136,15 @@ def test_null_rows_chance_always_and_the_bayes_ceiling_where_perfect_is_out_of_r
     assert 0.9 < rows[1]["final_token_acc"] < 0.99 and rows[2]["final_token_acc"] == 0.5
     assert [r["architecture"] for r in rows[4:]] == ["chance"]  # deterministic: no ceiling
     assert rows[4]["final_token_acc"] == 1 / 3
+
+
+def test_rows_and_job_ids_ignore_speed_only_knobs_so_older_results_still_match():
+    from bench.config import load_run_config
+    from bench.leaderboard import group_key
+
+    cfg = load_run_config(["train.compile=true"])
+    plain = load_run_config([])
+    assert cfg.job_id() == plain.job_id()
+    older = plain.to_dict()
+    del older["train"]["compile"]  # a result recorded before train.compile existed
+    assert group_key(older) == group_key(plain.to_dict()) == group_key(cfg.to_dict())
