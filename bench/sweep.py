@@ -130,10 +130,21 @@ def expand(spec: SweepSpec) -> list[RunConfig]:
                         for seed in spec.seed_list():
                             jobs.append(_job(task, arch, train, spec, seed, i))
     check_sweep_trainer(spec.trainer)
+    check_plot_axes(spec.plots, jobs)
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError("archs: two entries resolve to the same architecture config")
     return jobs
+
+
+def check_plot_axes(plots: list[list[str]], jobs: list[RunConfig]) -> None:
+    """Every plot axis reads a value from every job, checked before anything trains."""
+    from .plots import axis_value
+
+    configs = [job.to_dict() for job in jobs]
+    for axis in {a for axes in plots for a in axes}:
+        for config in configs:
+            axis_value(config, axis)
 
 
 def check_sweep_trainer(trainer: dict[str, Any]) -> None:
