@@ -81,17 +81,22 @@ class EmergenceModule(L.LightningModule):
                     **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
             self.log_dict(mass, batch_size=B, sync_dist=self.trainer.world_size > 1)
 
+    def head_mass(self, probs: torch.Tensor) -> torch.Tensor:
+        """Attention probs (..., H, L, L) -> (H,): each head's mean mass on the parents."""
+        rows = probs.index_select(-2, self.scored)  # (..., H, P, L)
+        mass = (rows * self.pattern).sum(-1)  # (..., H, P)
+        return mass.reshape(-1, *mass.shape[-2:]).mean(dim=(0, 2))
+
     def parent_mass(self, probs: torch.Tensor) -> torch.Tensor:
         """Attention probs (B, H, L, L) -> max over heads of the mean mass on the parents."""
-        rows = probs.index_select(2, self.scored)  # (B, H, P, L)
-        return (rows * self.pattern).sum(-1).mean(dim=(0, 2)).max()
+        return self.head_mass(probs).max()
 
     def learned_patterns(self) -> list[dict[str, Any]]:
         """Per attention layer, the head with the most mass on the parents at the last
         evaluation: its mean attention map (L, L) over the evaluation batch, rounded."""
         out = []
         for layer, maps in enumerate(self.attention_maps):  # maps (H, L, L)
-            mass = (maps.index_select(1, self.scored) * self.pattern).sum(-1).mean(-1)  # (H,)
+            mass = self.head_mass(maps)  # (H,)
             head = int(mass.argmax())
             out.append({"layer": layer, "head": head, "parent_mass": round(float(mass[head]), 4),
                         "map": maps[head].round(decimals=3).tolist()})
