@@ -66,18 +66,28 @@ def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> s
     return content_hash(config, 10)
 
 
-def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
-    """One (row, KM summary) per configuration and learning rate, ranked."""
+def by_row(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Finished runs grouped by leaderboard row (their config hash less the seed)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault(group_key(r["config"]), []).append(r)
+    return groups
+
+
+def survival_sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
+    """(steps-to-emergence, or the budget for a seed that never emerged; emerged or not)."""
+    times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
+             for r in runs]
+    return times, [r["status"] == "emerged" for r in runs]
+
+
+def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
+    """One (row, KM summary) per configuration and learning rate, ranked."""
     rows = []
-    for key, runs in groups.items():
+    for key, runs in by_row(results).items():
         config = runs[0]["config"]
         task, arch = row_labels(config)
-        times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
-                 for r in runs]
-        km = kaplan_meier(times, [r["status"] == "emerged" for r in runs])
+        km = kaplan_meier(*survival_sample(runs))
         widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
         rows.append(({
             "task": task,
@@ -126,7 +136,7 @@ def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):
     return [rk for rk in summaries if any(rk[0] is c[0] for c in chosen)]
 
 
-def _steps(x: float) -> str:
+def steps_text(x: float) -> str:
     if math.isnan(x):
         return "-"
     return "never" if math.isinf(x) else f"{x:.0f}"
@@ -179,14 +189,14 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
                      f"`{r['config']}`"]
             lines.append("| " + " | ".join(cells) + " |")
             continue
-        ci = f"[{_steps(r['median_ci_low'])}, {_steps(r['median_ci_high'])}]"
+        ci = f"[{steps_text(r['median_ci_low'])}, {steps_text(r['median_ci_high'])}]"
         lr = f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")
         cells = [
             r["task"], f"`{r['architecture']}`", *([lr] if lr_column else []),
             f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
-            f"{_steps(r['median_steps'])} {ci}",
-            f"{_steps(r['q1_steps'])}-{_steps(r['q3_steps'])}",
-            _steps(r["median_width"]), f"{r['final_token_acc']:.3f}", f"{r['params']:,}",
+            f"{steps_text(r['median_steps'])} {ci}",
+            f"{steps_text(r['q1_steps'])}-{steps_text(r['q3_steps'])}",
+            steps_text(r["median_width"]), f"{r['final_token_acc']:.3f}", f"{r['params']:,}",
             "-" if r["state_per_layer"] is None else f"{r['state_per_layer']:,}",
             f"{r['steps_per_s']:.1f}",
             f"`{r['config']}`",

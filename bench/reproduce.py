@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
-from .leaderboard import group_key, row_labels, write_leaderboard
+from .leaderboard import (
+    by_row,
+    group_key,
+    row_labels,
+    steps_text,
+    survival_sample,
+    write_leaderboard,
+)
 from .results import ResultsDB
 from .stats import adjust, kaplan_meier, logrank_p, solve_rate_p
 from .sweep import SweepSpec, expand, load_spec, read_results, run_sweep
@@ -51,36 +58,24 @@ def row_filter(spec: SweepSpec, rows: list[str]):
     return lambda job: any(group_key(job.to_dict()).startswith(p) for p in rows)
 
 
-def _sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
-    times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
-             for r in runs]
-    return times, [r["status"] == "emerged" for r in runs]
-
-
 def _median(runs: list[dict[str, Any]]) -> str:
-    m = kaplan_meier(*_sample(runs)).median
-    return "never" if m == float("inf") else f"{m:.0f}"
+    return steps_text(kaplan_meier(*survival_sample(runs)).median)
 
 
 def compare(committed: list[dict[str, Any]], fresh: list[dict[str, Any]],
             alpha: float) -> list[dict[str, Any]]:
     """One verdict per row of `fresh`, tested against the committed runs of the same row."""
-    by_key: dict[str, list[dict[str, Any]]] = {}
-    for r in committed:
-        by_key.setdefault(group_key(r["config"]), []).append(r)
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in fresh:
-        groups.setdefault(group_key(r["config"]), []).append(r)
+    reference = by_row(committed)
     rows = []
-    for key, runs in groups.items():
-        ref = by_key.get(key, [])
+    for key, runs in by_row(fresh).items():
+        ref = reference.get(key, [])
         task, arch = row_labels(runs[0]["config"])
         row = {"config": key, "task": task, "architecture": arch,
                "committed_solved": f"{sum(r['status'] == 'emerged' for r in ref)}/{len(ref)}",
                "new_solved": f"{sum(r['status'] == 'emerged' for r in runs)}/{len(runs)}",
                "committed_median": _median(ref) if ref else "-", "new_median": _median(runs)}
         if ref:
-            (ta, ea), (tb, eb) = _sample(ref), _sample(runs)
+            (ta, ea), (tb, eb) = survival_sample(ref), survival_sample(runs)
             row["p_logrank"] = logrank_p(ta, ea, tb, eb)
             row["p_solve_rate"] = solve_rate_p(sum(ea), len(ea), sum(eb), len(eb))
         rows.append(row)
