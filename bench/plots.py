@@ -146,19 +146,19 @@ def _factor_lines(left, right, axis: str, groups) -> None:
         members = sorted(members, key=lambda m: m[0])
         xs = [v[0] for v, _ in members]
         left.plot(xs, [r["solve_rate"] for _, r in members], label=name, **style)
-        ys = [_median_or_budget(r) for _, r in members]
+        ys, never = zip(*(_median_or_budget(r) for _, r in members))
         low = [min(r["median_ci_low"], r["budget"]) for _, r in members]
         high = [min(r["median_ci_high"], r["budget"]) for _, r in members]
-        line, = right.plot(xs, [y for y, _ in ys], label=name, **style)
-        right.errorbar(xs, [y for y, _ in ys], yerr=[np.subtract([y for y, _ in ys], low),
-                                                      np.subtract(high, [y for y, _ in ys])],
-                       fmt="none", ecolor=line.get_color(), alpha=0.5, capsize=3)
-        never = [(x, y) for x, (y, n) in zip(xs, ys) if n]
-        if never:
-            right.scatter(*zip(*never), marker="x", s=60, color=line.get_color(), zorder=3)
-    log = axis == "supports" or all(x > 0 for x in (v[0] for g in groups.values()
-                                                     for v, _ in g)) and _spans(groups)
+        line, = right.plot(xs, ys, label=name, **style)
+        right.errorbar(xs, ys, yerr=[np.subtract(ys, low), np.subtract(high, ys)], fmt="none",
+                       ecolor=line.get_color(), alpha=0.5, capsize=3)
+        if any(never):
+            right.scatter(*zip(*((x, y) for x, y, n in zip(xs, ys, never) if n)), marker="x",
+                          s=60, color=line.get_color(), zorder=3)
     values = sorted({v[0] for g in groups.values() for v, _ in g})
+    # a log axis where the values are positive and span a factor of 8 or more
+    log = axis == "supports" or (len(values) > 2 and values[0] > 0
+                                 and values[-1] / values[0] >= 8)
     for ax in (left, right):
         ax.set_xlabel("C(S, s): candidate supports" if axis == "supports" else axis)
         if log:
@@ -171,11 +171,6 @@ def _factor_lines(left, right, axis: str, groups) -> None:
     right.set(ylabel="median steps to emergence (x: never)",
               title=f"median steps (95% CI) vs {axis}")
     left.legend(fontsize=7)
-
-
-def _spans(groups) -> bool:
-    values = sorted({v[0] for g in groups.values() for v, _ in g})
-    return len(values) > 2 and values[-1] / values[0] >= 8
 
 
 def _factor_heatmaps(fig, left, right, axes: list[str], name: str, members) -> None:
