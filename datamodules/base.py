@@ -106,10 +106,9 @@ class StateSequenceTask(L.LightningDataModule):
     def ceiling(self) -> tuple[float, float]:
         """(token accuracy, loss in nats) of the Bayes-optimal predictor on the held-out set:
         the best any model can score (accuracy 1 and loss 0 for a deterministic task)."""
-        tokens = self.eval_batch(torch.device("cpu"))
-        full = torch.cat([tokens.inputs[:, :1], tokens.targets], dim=1)  # (B, S*T)
-        post = self.next_token_posterior(full)
-        truth = full[:, self.state_size :]
+        tokens = self.eval_tokens(torch.device("cpu"))
+        post = self.next_token_posterior(tokens)
+        truth = tokens[:, self.state_size :]
         accuracy = post.max(-1).values.mean()  # expected accuracy of the argmax guess
         loss = -post.gather(-1, truth[..., None]).clamp_min(1e-12).log().mean()
         return float(accuracy), float(loss) + 0.0  # no -0.0
@@ -157,13 +156,17 @@ class StateSequenceTask(L.LightningDataModule):
 
     def eval_batch(self, device: torch.device, rank: int = 0, world: int = 1,
                    chunk: int | None = None) -> Batch:
-        """This rank's rows of the fixed held-out set (same for every seed), cached on `device`;
-        with `chunk`, only that slice of `eval_rows` sequences."""
+        """This rank's rows of the fixed held-out set; with `chunk`, only that slice of
+        `eval_rows` sequences."""
+        share = self.eval_tokens(device).tensor_split(world)[rank]
+        return split_tokens(share if chunk is None else share.split(self.eval_rows)[chunk])
+
+    def eval_tokens(self, device: torch.device) -> torch.Tensor:
+        """The fixed held-out set (eval_size, S*T), the same for every seed, cached on `device`."""
         if self._eval is None or self._eval.device != device:
             gen = make_generator(self.config.task_seed, EVAL_STREAM, 0, device)
             self._eval = self.draw(self.eval_size, gen)
-        share = self._eval.tensor_split(world)[rank]
-        return split_tokens(share if chunk is None else share.split(self.eval_rows)[chunk])
+        return self._eval
 
     @property
     def eval_rows(self) -> int:

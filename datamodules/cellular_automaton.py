@@ -70,6 +70,14 @@ def apply_rule(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int
     return torch.gather(tables, 1, index)
 
 
+def advance(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int,
+            applications: int) -> torch.Tensor:
+    """The next state: the rule of each sequence applied `applications` times."""
+    for _ in range(applications):
+        x = apply_rule(x, tables, n_colors, radius)
+    return x
+
+
 def cellular_automaton_batch(
     rules: torch.Tensor,
     n_states: int,
@@ -88,8 +96,7 @@ def cellular_automaton_batch(
     x = torch.randint(n_colors, (batch, n_cells), generator=generator, device=device)
     states = [x]
     for _ in range(n_states - 1):
-        for _ in range(rule_applications):
-            x = apply_rule(x, tables, n_colors, radius)
+        x = advance(x, tables, n_colors, radius, rule_applications)
         states.append(x)
     return torch.cat(states, dim=1), rule_index
 
@@ -126,13 +133,9 @@ class CellularAutomaton(StateSequenceTask):
         alive = torch.ones(B, c.n_rules, dtype=torch.bool)
         out = []
         for t in range(c.n_states - 1):
-            preds = []
-            for table in self.rules:  # each rule's next state from this one (B, S)
-                x = states[:, t]
-                for _ in range(c.rule_applications):
-                    x = apply_rule(x, table.expand(B, -1), K, c.radius)
-                preds.append(x)
-            preds = torch.stack(preds, dim=1)  # (B, N, S)
+            preds = torch.stack([  # each rule's next state from this one: (B, N, S)
+                advance(states[:, t], table.expand(B, -1), K, c.radius, c.rule_applications)
+                for table in self.rules], dim=1)
             for i in range(S):
                 votes = torch.nn.functional.one_hot(preds[:, :, i], K).float()  # (B, N, K)
                 mix = (votes * alive[..., None]).sum(1)
