@@ -46,12 +46,16 @@ class TrainConfig:
     eval_every: int = 50
     """evaluate on the held-out set every this many steps"""
     eval_size: int = 512
-    """sequences in the fixed held-out evaluation set"""
+    """held-out sequences evaluated when the held-out part has more than 2,048 states (a smaller
+    part is evaluated whole, each state once)"""
+    probe_size: int = 256
+    """training sequences evaluated beside them: accuracy on the training distribution, so
+    memorisation shows as a gap"""
     compile: bool = False
     """torch.compile the model (speed only: not part of the job id)"""
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "eval_every", "eval_size"):
+        for name in ("max_steps", "batch_size", "eval_every", "eval_size", "probe_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         for name in ("lr", "weight_decay", "warmup_steps", "grad_clip"):
@@ -71,6 +75,7 @@ RESERVED_TRAINER_KEYS = {
     "logger": "the run directory",
     "callbacks": "emergence.*",
     "default_root_dir": "--out",
+    "num_sanity_val_steps": "the step-0 evaluation (always the whole set)",
 }
 TRAINER_KEYS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
 

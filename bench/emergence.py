@@ -3,8 +3,13 @@
 A run *emerges* at the first evaluation step from which the criterion holds for `consecutive`
 evaluations in a row (a crossing that falls back does not count). A run whose loss goes
 non-finite is *diverged*; one that never emerges within its budget is *censored* at the budget.
-The transition width is the number of steps from the end of the plateau (last evaluation at most
-10% of the way from chance to solved) to the first evaluation of the final rise past 90%.
+
+This module owns the definitions every table and figure uses: a metric's direction
+(`higher_is_better`), progress (0 at the task's no-context baseline, 1 at its Bayes ceiling), the
+plateau and the transition width. Evaluation runs at step 0 too. The plateau ends at the last
+evaluation after step 0 that sits at most 10% of the way up, before the final run of evaluations
+at 90% or more; the width is the steps from there to the first of that run. A run whose curve
+left the baseline before its first evaluation after step 0 has no observed plateau, and no width.
 """
 
 from __future__ import annotations
@@ -43,10 +48,39 @@ class EmergenceCriterion:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.metric != "val/loss"
+        return higher_is_better(self.metric)
 
     def holds(self, value: float) -> bool:
         return value >= self.threshold if self.higher_is_better else value <= self.threshold
+
+
+def higher_is_better(metric: str) -> bool:
+    """Accuracies rise as a model learns; the loss falls."""
+    return metric != "val/loss"
+
+
+def reference_key(metric: str) -> str:
+    """The key of a metric in a task's references (`val/token_acc` -> `token_acc`)."""
+    return metric.split("/", 1)[1]
+
+
+def check_threshold(criterion: EmergenceCriterion, references: dict[str, dict[str, float]]) -> None:
+    """The threshold must lie strictly between what a predictor that reads no context scores and
+    what the Bayes-optimal predictor scores (a perfect score may be asked of a deterministic
+    task): otherwise every run emerges at once or none ever can."""
+    key, t = reference_key(criterion.metric), criterion.threshold
+    base, top = references["no_context"][key], references["ceiling"][key]
+    allowed = f"allowed: between the no-context baseline {base:.4g} and the Bayes ceiling {top:.4g}"
+    if criterion.higher_is_better:
+        beyond, trivial = (t > top or (t == top and top < 1)), t <= base
+    else:
+        beyond, trivial = (t < top or (t == top and top > 0)), t >= base
+    if beyond:
+        raise ValueError(f"threshold: {t:g} for {criterion.metric} is beyond this task's "
+                         f"Bayes ceiling, so no run can emerge; {allowed}")
+    if trivial:
+        raise ValueError(f"threshold: {t:g} for {criterion.metric} is met without reading the "
+                         f"context; {allowed}")
 
 
 Status = Literal["running", "emerged", "censored", "diverged"]
@@ -57,10 +91,10 @@ class EmergenceTracker:
     """Feeds on (step, value) evaluations; pure Python so constructed curves can test it."""
 
     criterion: EmergenceCriterion
-    chance: float
-    """the metric's value at chance (ln V for the loss, 1/V for token accuracy)"""
+    baseline: float
+    """the metric's value without context (the task's no-context predictor): progress 0"""
     solved: float
-    """the metric's value when solved (0 for the loss, 1 for accuracies)"""
+    """the metric's value when solved (the task's Bayes ceiling): progress 1"""
     history: list[tuple[int, float]] = field(default_factory=list)
     status: Status = "running"
     step: int | None = None
@@ -92,44 +126,45 @@ class EmergenceTracker:
         return self.status
 
     def progress(self, value: float) -> float:
-        """0 at chance, 1 when solved."""
-        return (value - self.chance) / (self.solved - self.chance)
+        """0 at the no-context baseline, 1 when solved."""
+        return (value - self.baseline) / (self.solved - self.baseline)
 
-    def transition(self) -> tuple[int, int] | None:
-        """(end of the plateau, start of the final rise): the last evaluation at most 10% of the
-        way from chance to solved before the rise, and the first of the final run >= 90%."""
+    def transition(self) -> tuple[int | None, int | None, str]:
+        """(end of the plateau, start of the final rise, why a width is missing or "")."""
         if self.status != "emerged":
-            return None
+            return None, None, f"{self.status}: no rise to measure"
         upto = [(s, self.progress(v)) for s, v in self.history]
         t90 = None
         for s, p in reversed(upto):
             if p < 0.9:
                 break
             t90 = s
-        if t90 is None:
-            return None
-        t10 = max((s for s, p in upto if s < t90 and p <= 0.1), default=0)
-        return t10, t90
+        if t90 is None:  # emerged on a criterion short of 90% progress
+            return None, None, "the criterion was met short of 90% of the way up"
+        flat = [s for s, p in upto if 0 < s < t90 and p <= 0.1]
+        if not flat:
+            return None, t90, "no evaluation after step 0 sat on the plateau (<= 10% up)"
+        return max(flat), t90, ""
 
     def transition_width(self) -> int | None:
-        """Steps from the end of the plateau (<= 10%) to the start of the final rise (>= 90%)."""
-        ends = self.transition()
-        return None if ends is None else ends[1] - ends[0]
+        """Steps from the end of the plateau (<= 10%) to the start of the final rise (>= 90%),
+        where a plateau was observed."""
+        t10, t90, _ = self.transition()
+        return None if t10 is None else t90 - t10
 
 
 class EmergenceCallback(Callback):
     """Runs the tracker after every evaluation and stops training once the outcome is known."""
 
-    def __init__(self, criterion: EmergenceCriterion, chance: float, solved: float):
-        self.tracker = EmergenceTracker(criterion, chance, solved)
+    def __init__(self, criterion: EmergenceCriterion, baseline: float, solved: float):
+        self.tracker = EmergenceTracker(criterion, baseline, solved)
         self._t0 = time.perf_counter()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._t0 = time.perf_counter()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
+        # the sanity check evaluates the whole set before the first step: the step-0 point
         metrics = trainer.callback_metrics
         value = float(metrics[self.tracker.criterion.metric])
         if not math.isfinite(float(metrics.get("train/loss", 0.0))):

@@ -1,10 +1,12 @@
 """Leaderboards: group finished jobs by (task, architecture) config and summarise their seeds.
 
-Rows are built from the emergence records of each finished job; nothing is re-derived from the
-curves. With a learning-rate grid, each configuration is shown at its best rate. Each task also
-gets a chance row (a model that guesses uniformly: solves nothing, token accuracy 1/V). Written
-as `leaderboard.md` (the spec's claim, the table, links to the figures), `leaderboard.csv`, and
-the figures of `bench.plots`.
+Rows are built from the records each run wrote (emergence step, transition width, accuracies,
+the task's reference values); nothing is re-derived from the curves. With a learning-rate grid,
+each configuration is shown at its best rate. Each task gets null rows read off its runs'
+references: uniform chance, the best predictor that reads no context, and the Bayes-optimal
+ceiling where a perfect score is out of reach. Written as `leaderboard.md` (the spec's claim,
+the table, the spec's tests, links to the figures), `leaderboard.csv`, and the figures of
+`bench.plots`.
 """
 
 from __future__ import annotations
@@ -12,73 +14,57 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from architectures import ContractError, resolve
-from datamodules import TASKS
-
-from .config import content_hash, experiment
+from .claims import run_tests
+from .claims import to_markdown as tests_markdown
+from .config import content_hash
+from .rows import by_row, group_key, lr_preference, row_labels, survival_sample
 from .stats import SurvivalSummary, kaplan_meier
+from .sweep import TUNE_SEED_START, seed_list
 
-# The task fields every leaderboard row shows, default or not.
-TASK_FIELDS = ("state_size", "sparsity", "n_cells", "n_colors", "n_rules", "n_states")
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
-    "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "params",
-    "state_per_layer", "steps_per_s", "final_token_acc", "config", "lr", "lr_grid",
+    "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "width_note",
+    "heldout_acc", "train_acc", "gap", "instances", "flagged", "params", "state_per_layer",
+    "steps_per_s", "config", "lr", "lr_grid",
 ]
+NULL_ROWS = ("chance", "no context", "Bayes-optimal")
+CONVENTIONS = (
+    "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never emerges is "
+    "censored at its budget. Quantiles follow R survival's quantile.survfit: the first step "
+    "where the survival curve is at or below 1 - q, the midpoint of a flat exactly there; "
+    "\"> N\": fewer than that share of seeds emerged within the budget N. The 95% interval of "
+    "the median is read off the log-log pointwise band (Brookmeyer-Crowley, survfit's "
+    "conf.type = \"log-log\"); NA: that end is undefined (the band never crosses 0.5 at a "
+    "defined point). Width: median steps from the end of the plateau (the last evaluation "
+    "after step 0 at most 10% of the way from the no-context baseline to the ceiling) to the "
+    "first of the final evaluations at 90% or more, over the seeds where a plateau was seen "
+    "(the CSV's width_note says how many were not). Held-out acc / train acc: median over seeds "
+    "of the best token accuracy over all evaluations on the held-out transitions / on the fixed "
+    "probe of training sequences; gap: median of the largest excess of train over held-out at "
+    "one evaluation (memorisation shows as a large gap). Null rows: chance guesses uniformly; "
+    "no context is the best predictor that reads no context (the per-position majority of the "
+    "held-out set); Bayes-optimal (where a perfect score is out of reach) knows the rule pool "
+    "and infers the active rule from the prefix. Instances: distinct task instances (matrices "
+    "or rule pools) among the seeds; flagged: seeds whose instance is degenerate (the CSV "
+    "and result.json say how). Config: hash of the row's config less the seed.")
 
 
-def label(section: dict[str, Any], schema: type | None, always: tuple[str, ...] = ()) -> str:
-    """`name(field=value, ...)`: the fields in `always`, then those that differ from defaults."""
-    defaults = {f.name: f.default for f in fields(schema)} if schema else {}
-    keys = [k for k in always if k in section]
-    keys += [k for k in section if k not in keys and k != "name" and defaults.get(k) != section[k]]
-    shown = ", ".join(f"{k}={section[k]}" for k in keys)
-    return f"{section['name']}({shown})" if shown else section["name"]
+def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
+    """Seeds that only chose learning rates: they never appear in the table's rows."""
+    tune = (spec or {}).get("tune") or {}
+    return set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
 
 
-def _arch_schema(name: str) -> type | None:
-    try:
-        return resolve(name)
-    except ContractError:  # a plug-in that is not importable here: show every field
-        return None
+def _median(values: list[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(values) if values else math.nan
 
 
-def vocab_size(task: dict[str, Any]) -> int:
-    """Tokens a task's config draws from: n_colors of an automaton, the modulus of a map."""
-    return task.get("n_colors") or task.get("modulus") or 2
-
-
-def row_labels(config: dict[str, Any]) -> tuple[str, str]:
-    """(task, architecture) as the leaderboard shows them."""
-    return (label(config["task"], TASKS[config["task"]["name"]][0], TASK_FIELDS),
-            label(config["arch"], _arch_schema(config["arch"]["name"])))
-
-
-def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> str:
-    """Hash of a job's config less the seed: one leaderboard row per value."""
-    config = {k: v for k, v in experiment(config).items() if k not in without}
-    if "lr" in without:
-        config["train"] = {k: v for k, v in config["train"].items() if k != "lr"}
-    return content_hash(config, 10)
-
-
-def by_row(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Finished runs grouped by leaderboard row (their config hash less the seed)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in results:
-        groups.setdefault(group_key(r["config"]), []).append(r)
-    return groups
-
-
-def survival_sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
-    """(steps-to-emergence, or the budget for a seed that never emerged; emerged or not)."""
-    times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
-             for r in runs]
-    return times, [r["status"] == "emerged" for r in runs]
+def _accuracy(run: dict[str, Any], key: str) -> float:
+    return (run.get("accuracy") or {}).get(key, math.nan)
 
 
 def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
@@ -89,6 +75,8 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
         task, arch = row_labels(config)
         km = kaplan_meier(*survival_sample(runs))
         widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
+        missing = [r.get("width_note") or "not recorded" for r in runs
+                   if r["transition_width"] is None]
         rows.append(({
             "task": task,
             "architecture": arch,
@@ -102,11 +90,16 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "q1_steps": km.q1,
             "q3_steps": km.q3,
             "median_width": statistics.median(widths) if widths else math.nan,
+            "width_note": "; ".join(f"{missing.count(n)} of {len(runs)}: {n}"
+                                    for n in dict.fromkeys(missing)),
+            "heldout_acc": _median([_accuracy(r, "heldout_token_acc") for r in runs]),
+            "train_acc": _median([_accuracy(r, "train_token_acc") for r in runs]),
+            "gap": _median([_accuracy(r, "gap") for r in runs]),
+            "instances": len({r.get("instance_seed") for r in runs}),
+            "flagged": sum(bool(r.get("task_flags")) for r in runs),
             "params": runs[0]["n_params"],
             "state_per_layer": runs[0].get("state_per_layer"),
             "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
-            "final_token_acc": statistics.median(
-                r["final_metrics"].get("val/token_acc", math.nan) for r in runs),
             "config": key,
             "lr": config["train"]["lr"],
             "lr_grid": "",
@@ -127,8 +120,8 @@ def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):
         families.setdefault(row["family"], []).append((row, km))
     chosen = []
     for members in families.values():
-        row, km = min(members, key=lambda rk: (rk[0]["median_steps"], -rk[0]["solve_rate"],
-                                               rk[0]["lr"]))
+        row, km = min(members, key=lambda rk: lr_preference(
+            rk[0]["median_steps"], rk[0]["solve_rate"], rk[0]["lr"]))
         if len(members) > 1:
             row["lr_grid"] = " ".join(f"{m['lr']:g}" for m, _ in
                                       sorted(members, key=lambda rk: rk[0]["lr"]))
@@ -136,98 +129,104 @@ def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):
     return [rk for rk in summaries if any(rk[0] is c[0] for c in chosen)]
 
 
-def steps_text(x: float) -> str:
+def steps_text(x: float, budget: float | None = None) -> str:
+    """A step count as the table shows it: NA when undefined, > budget when not reached."""
     if math.isnan(x):
-        return "-"
-    return "never" if math.isinf(x) else f"{x:.0f}"
+        return "NA"
+    if math.isinf(x):
+        return f"> {budget:.0f}" if budget else "not reached"
+    return f"{x:.0f}"
 
 
-def chance_row(task_row: dict[str, Any]) -> dict[str, Any]:
-    """The null row of a task: uniform guessing solves nothing and scores 1/V per token."""
-    return {"task": task_row["task"], "architecture": "chance", "seeds": 0, "emerged": 0,
-            "diverged": 0, "solve_rate": 0.0, "median_steps": math.inf,
-            "final_token_acc": 1 / vocab_size(task_row["job_config"]["task"]),
+def null_rows(task_row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A task's null rows, read off its runs' references (the median over task instances):
+    chance, no context, and the Bayes-optimal ceiling where it is short of perfect."""
+    refs = [r["references"] for r in task_row["runs"] if r.get("references")]
+    base = {"task": task_row["task"], "seeds": 0, "emerged": 0, "diverged": 0,
+            "solve_rate": 0.0, "median_steps": math.inf,
             "config": content_hash(task_row["job_config"]["task"], 10)}
+    if not refs:
+        return []
+    out = []
+    for name, key in (("chance", "chance"), ("no context", "no_context"),
+                      ("Bayes-optimal", "ceiling")):
+        acc = statistics.median(r[key]["token_acc"] for r in refs)
+        if key != "ceiling" or acc < 1 - 1e-9:
+            out.append({**base, "architecture": name, "heldout_acc": acc})
+    return out
 
 
-def ceiling_row(task_row: dict[str, Any]) -> dict[str, Any] | None:
-    """The Bayes-optimal predictor's row where it is short of perfect (a rule inferred in
-    context): the best final token accuracy any architecture can reach on this held-out set."""
-    from datamodules import build_task
-
-    from .config import load_task_config
-
-    config = task_row["job_config"]
-    task = build_task(load_task_config(config["task"]), eval_size=config["train"]["eval_size"])
-    accuracy, _ = task.ceiling()
-    if accuracy > 1 - 1e-9:
-        return None
-    return {**chance_row(task_row), "architecture": "Bayes-optimal",
-            "final_token_acc": accuracy}
-
-
-def with_chance_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with each task's null rows after its last: chance, and the Bayes-optimal
-    ceiling where a perfect score is out of reach."""
+def with_null_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each task's null rows after its last."""
     out = []
     for i, row in enumerate(rows):
         out.append(row)
         if i + 1 == len(rows) or rows[i + 1]["task"] != row["task"]:
-            out += [r for r in (ceiling_row(row), chance_row(row)) if r is not None]
+            out += null_rows(row)
     return out
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
     header = ["task", "architecture", *(["lr"] if lr_column else []), "solved",
-              "median steps [95% CI]", "quartiles", "width", "final token acc", "params",
-              "state/layer", "steps/s", "config"]
+              "median steps [95% CI]", "quartiles", "width", "held-out acc", "train acc", "gap",
+              "instances", "params", "steps/s", "config"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        if r["architecture"] in ("chance", "Bayes-optimal"):
+        if r["architecture"] in NULL_ROWS:
             cells = [r["task"], f"*{r['architecture']}*", *(["-"] if lr_column else []), "-",
-                     "-", "-", "-", f"{r['final_token_acc']:.3f}", "-", "-", "-",
+                     "-", "-", "-", _fmt(r["heldout_acc"]), "-", "-", "-", "-", "-",
                      f"`{r['config']}`"]
             lines.append("| " + " | ".join(cells) + " |")
             continue
+        budget = r["budget"]
         ci = f"[{steps_text(r['median_ci_low'])}, {steps_text(r['median_ci_high'])}]"
         lr = f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")
+        instances = f"{r['instances']}" + (f" ({r['flagged']} flagged)" if r["flagged"] else "")
         cells = [
             r["task"], f"`{r['architecture']}`", *([lr] if lr_column else []),
             f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
-            f"{steps_text(r['median_steps'])} {ci}",
-            f"{steps_text(r['q1_steps'])}-{steps_text(r['q3_steps'])}",
-            steps_text(r["median_width"]), f"{r['final_token_acc']:.3f}", f"{r['params']:,}",
-            "-" if r["state_per_layer"] is None else f"{r['state_per_layer']:,}",
-            f"{r['steps_per_s']:.1f}",
-            f"`{r['config']}`",
+            f"{steps_text(r['median_steps'], budget)} {ci}",
+            f"{steps_text(r['q1_steps'], budget)} to {steps_text(r['q3_steps'], budget)}",
+            "-" if math.isnan(r["median_width"]) else f"{r['median_width']:.0f}",
+            _fmt(r["heldout_acc"]), _fmt(r["train_acc"]), _fmt(r["gap"]), instances,
+            f"{r['params']:,}", f"{r['steps_per_s']:.1f}", f"`{r['config']}`",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
-                claim: str = "", figures: tuple[str, ...] = ("emergence",)) -> str:
+                spec: dict[str, Any], tests: list[str], figures: tuple[str, ...]) -> str:
     grid = len(every_lr) > len(rows)
+    tuned = bool(tune_seeds(spec))
     lines = [f"# {title}", ""]
-    if claim:
-        lines += [f"**Claim.** {claim}", ""]
-    lines += [*_table(with_chance_rows(rows), grid), "",
-              "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never "
-              "emerges is censored at its budget (\"never\": fewer than half/quarter of the "
-              "seeds emerged). Width: median steps from the end of the plateau to the rise. "
-              "Final token acc: median over seeds of the held-out token accuracy at the end; "
-              "the chance row guesses uniformly; a Bayes-optimal row (where a perfect score is "
-              "out of reach) knows the rule pool and infers the active rule from the prefix. "
-              "Config: hash of the row's config less the seed."]
-    if grid:
+    if spec.get("claim"):
+        lines += [f"**Claim.** {spec['claim']}", ""]
+    lines += [*_table(with_null_rows(rows), grid or tuned), "", CONVENTIONS]
+    if tuned:
+        lines += ["", f"Learning rates were chosen per row on the tuning seeds "
+                  f"{sorted(tune_seeds(spec))}, disjoint from the seeds above (lowest median "
+                  "steps-to-emergence, then higher solve rate, then smaller lr)."]
+    elif grid:
         lines += ["", "Each architecture is shown at its best learning rate (lowest median "
                   "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "
-                  "rates in brackets. Every rate:", "", *_table(every_lr, True)]
+                  "rates in brackets on these same seeds. Every rate:", "",
+                  *_table(every_lr, True)]
+    flags = sorted({f for r in rows for run in r["runs"] for f in run.get("task_flags") or []})
+    if flags:
+        lines += ["", "Flagged instances (degenerate but kept):",
+                  *[f"- {f}" for f in flags[:10]]]
+    lines += ["", *tests]
     captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
                 "factors": "solve rate and median steps against the swept factors",
-                "dynamics": "one seed per row: loss, exact accuracy and attention on the parents",
+                "dynamics": "one seed per row: held-out and training accuracy, attention on the "
+                            "parents",
                 "attention": "learned attention beside the ground-truth pattern"}
-    lines += [""] + [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
+    lines += [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
     return "\n".join(lines)
 
 
@@ -241,13 +240,17 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
                       spec: dict[str, Any] | None = None) -> list[dict]:
     """Write the table (md, csv) and figures for `results` into `out`; return the rows.
-    `spec` (the sweep spec as a dict) gives the claim and the factor plots."""
+    `spec` (the sweep spec as a dict) gives the claim, the tests, the factor plots and the
+    tuning seeds (whose runs only chose learning rates)."""
     from . import plots
 
     spec = spec or {}
-    every_lr = summarise(results)
+    tuning = tune_seeds(spec)
+    reported = [r for r in results if r["config"]["seed"] not in tuning]
+    every_lr = summarise(reported)
     summaries = best_lr(every_lr)
     rows = [row for row, _ in summaries]
+    tests = tests_markdown(run_tests(spec.get("tests") or [], rows))
     plots.emergence_curves(out / "emergence.png", title, summaries)
     figures = ["emergence"]
     if spec.get("plots"):
@@ -257,6 +260,6 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
         if draw(out / f"{name}.png", rows):
             figures.append(name)
     (out / "leaderboard.md").write_text(
-        to_markdown(title, rows, [r for r, _ in every_lr], spec.get("claim", ""), tuple(figures)))
+        to_markdown(title, rows, [r for r, _ in every_lr], spec, tests, tuple(figures)))
     write_csv(out / "leaderboard.csv", rows)
     return rows

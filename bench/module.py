@@ -1,8 +1,10 @@
 """The LightningModule: backbone + task, next-token cross-entropy on the scored positions.
 
-Held-out metrics are torchmetrics: loss, token accuracy and exact-state accuracy (every token of a
-state right). For attention mixers it also logs the attention mass each scored position puts on
-its ground-truth parents (max over heads, per layer and overall).
+Evaluation metrics are torchmetrics over the transitions that count: on the held-out part
+(`val/*`: loss, token accuracy, exact-state accuracy, every token of a state right) and on the
+fixed probe of training sequences (`train/token_acc`, `train/exact_acc`), so memorisation shows
+as a gap. For attention mixers it also logs the attention mass each scored position of the
+evaluated sequences puts on its ground-truth parents (max over heads, per layer and overall).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class EmergenceModule(L.LightningModule):
         self.val_loss = MeanMetric()
         self.val_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
         self.val_exact_acc = MulticlassExactMatch(task.vocab_size)
+        self.probe_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
+        self.probe_exact_acc = MulticlassExactMatch(task.vocab_size)
         self.attention = [m for m in self.model.modules() if hasattr(m, "record_attention")]
         self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
         # not a registered submodule: the compiled wrapper shares the model's parameters
@@ -62,18 +66,30 @@ class EmergenceModule(L.LightningModule):
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         for m in self.attention:
             m.record_attention = True
-        logits, targets = self.scored_logits(batch)
+        logits, targets = self.scored_logits(batch)  # (B, P, V), (B, P)
         for m in self.attention:
             m.record_attention = False
-        B = targets.shape[0]
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        B, S = targets.shape[0], self.state_size
+        counted = batch.counted.index_select(1, self.scored)  # (B, P)
         preds = logits.argmax(-1)
-        self.val_loss.update(loss, weight=B)  # exact global mean when ranks' shares differ
-        self.val_token_acc.update(preds.flatten(), targets.flatten())
-        states = (B * targets.shape[1] // self.state_size, self.state_size)  # (B*(T-1), S)
-        self.val_exact_acc.update(preds.reshape(states), targets.reshape(states))
+        held = ~batch.probe
+        for rows, token_acc, exact_acc in (
+                (held, self.val_token_acc, self.val_exact_acc),
+                (batch.probe, self.probe_token_acc, self.probe_exact_acc)):
+            keep = counted & rows[:, None]  # (B, P)
+            if not keep.any():  # a chunk without rows of this kind (torchmetrics wants some)
+                continue
+            states = keep.view(B, -1, S)[..., 0]  # (B, T-1): a state counts whole or not at all
+            token_acc.update(preds[keep], targets[keep])
+            exact_acc.update(preds.view(B, -1, S)[states], targets.view(B, -1, S)[states])
+            if rows is held:
+                loss = F.cross_entropy(logits[keep], targets[keep])
+                self.val_loss.update(loss, weight=int(keep.sum()))  # exact mean over tokens
         self.log_dict({"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
-                       "val/exact_acc": self.val_exact_acc}, batch_size=B)  # synced by torchmetrics
+                       "val/exact_acc": self.val_exact_acc,
+                       "train/token_acc": self.probe_token_acc,
+                       "train/exact_acc": self.probe_exact_acc},
+                      batch_size=B)  # synced by torchmetrics
         if self.attention:
             self.attention_maps = [m.last_attention.mean(0) for m in self.attention]
             mass = torch.stack([self.parent_mass(m.last_attention) for m in self.attention])

@@ -4,9 +4,9 @@
   95% band, one panel per task;
 - `factors.png`: solve rate and median steps-to-emergence against the spec's plot axes (a line
   per series for one axis, heatmaps for two);
-- `dynamics.png`: for one seed per row (the median emerger), held-out loss and exact accuracy vs
-  step with the plateau's end and the emergence step marked, beside the attention mass on the
-  ground-truth parents per layer;
+- `dynamics.png`: for one seed per row (the median emerger), held-out and training-probe token
+  accuracy vs step with the no-context baseline, the plateau's end and the emergence step marked
+  (as the run recorded them), beside the attention mass on the ground-truth parents per layer;
 - `attention.png`: for attention rows, that seed's learned attention map (the head with the most
   parent mass) beside the ground-truth pattern.
 """
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
-from .leaderboard import row_labels, vocab_size
+from .emergence import higher_is_better
+from .rows import factor_groups
 
 Row = dict[str, Any]
 
@@ -71,56 +71,11 @@ def emergence_curves(path: Path, title: str, summaries: list[tuple[Row, Any]]) -
 
 
 # --- factors -----------------------------------------------------------------------------------
-def axis_value(config: dict[str, Any], axis: str) -> float:
-    """A row's value on a plot axis: `section.field` of its config, or `supports` = C(S, s)."""
-    if axis == "supports":
-        task = config["task"]
-        if "sparsity" not in task:
-            raise ConfigError(f"plots: 'supports' needs a linear_map task, got {task['name']}")
-        return math.comb(task["state_size"], task["sparsity"])
-    section, _, name = axis.partition(".")
-    if name not in config.get(section, {}):
-        raise ConfigError(f"plots: '{axis}' is not a field of every row's {section}")
-    return config[section][name]
-
-
-def _series(config: dict[str, Any], axes: list[str]) -> str:
-    """The row's label with the plotted fields taken out: rows that differ only on the axes."""
-    trimmed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    for axis in axes:
-        section, _, name = axis.partition(".")
-        trimmed.get(section, {}).pop(name, None)
-    return " / ".join(dict.fromkeys(row_labels(trimmed)))
-
-
-def covarying(rows: list[Row], axes: list[str]) -> list[str]:
-    """Fields that are a function of the plotted axes over these rows and vary with them (e.g.
-    head_dim = width / n_heads): they belong to the axis, not to the series."""
-    keyed = [(tuple(axis_value(r["job_config"], a) for a in axes), r["job_config"]) for r in rows]
-    out = []
-    for section in ("task", "arch", "train"):
-        for name in sorted({k for _, c in keyed for k in c.get(section, {})}):
-            field = f"{section}.{name}"
-            seen: dict[tuple, set] = {}
-            for values, config in keyed:
-                seen.setdefault(values, set()).add(repr(config.get(section, {}).get(name)))
-            if (field not in axes and all(len(v) == 1 for v in seen.values())
-                    and len(set.union(*seen.values())) > 1):
-                out.append(field)
-    return out
-
-
 def factors(path: Path, rows: list[Row], plots: list[list[str]]) -> None:
     plt = _pyplot()
     panels = []  # (axes, {series label: [(values, row)]})
     for axes in plots:
-        fields = ["task.sparsity" if a == "supports" else a for a in axes]  # supports: per S
-        trim = fields + covarying(rows, axes)
-        groups: dict[str, list[tuple[tuple[float, ...], Row]]] = {}
-        for row in rows:
-            config = row["job_config"]
-            values = tuple(axis_value(config, a) for a in axes)
-            groups.setdefault(_series(config, trim), []).append((values, row))
+        groups = factor_groups(rows, axes)  # supports = C(S, s): one series per S
         if len(axes) == 1:
             panels.append((axes, groups))
         else:
@@ -209,21 +164,8 @@ def representative(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if emerged:
         return emerged[(len(emerged) - 1) // 2]
     metric = runs[0]["config"]["emergence"]["metric"]
-    sign = 1 if metric == "val/loss" else -1
+    sign = -1 if higher_is_better(metric) else 1
     return min(runs, key=lambda r: sign * r["final_metrics"].get(metric, math.inf))
-
-
-def plateau(run: dict[str, Any]) -> tuple[int | None, int] | None:
-    """(end of the plateau, emergence step) of an emerged run. The plateau ends at the last
-    evaluation before the final rise whose held-out loss is within 10% of the way from chance
-    (ln V) to 0; None when no evaluation sat there."""
-    if run["status"] != "emerged":
-        return None
-    curves, step = run["curves"], run["steps_to_emergence"]
-    chance = math.log(vocab_size(run["config"]["task"]))
-    on_plateau = [s for s, loss in zip(curves["step"], curves["val/loss"])
-                  if s < step and loss >= 0.9 * chance]
-    return (max(on_plateau) if on_plateau else None), step
 
 
 def dynamics(path: Path, rows: list[Row]) -> bool:
@@ -237,15 +179,14 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
     for (row, run), (left, right) in zip(shown, grid):
         curves = run["curves"]
         steps = curves["step"]
-        vocab = vocab_size(run["config"]["task"])
-        marks = plateau(run)
-        left.plot(steps, curves["val/loss"], color="C0", label="held-out loss")
-        left.axhline(math.log(vocab), color="C0", ls=":", lw=0.8)
-        left.set_ylabel("loss", color="C0")
-        acc = left.twinx()
-        acc.plot(steps, curves["val/exact_acc"], color="C3", label="exact accuracy")
-        acc.set_ylim(-0.03, 1.03)
-        acc.set_ylabel("exact acc", color="C3")
+        left.plot(steps, curves["val/token_acc"], color="C0", label="held-out")
+        if "train/token_acc" in curves:
+            left.plot(steps, curves["train/token_acc"], color="C1", ls="--", label="training probe")
+        if run.get("references"):
+            left.axhline(run["references"]["no_context"]["token_acc"], color="grey", ls=":",
+                         lw=0.9, label="no context")
+        left.set(ylim=(-0.03, 1.03), ylabel="token accuracy")
+        left.legend(fontsize=7, loc="lower right")
         layers = sorted(k for k in curves if k.startswith("val/parent_mass_l"))
         for k in layers:
             right.plot(steps, curves[k], label=f"layer {k.rsplit('_l', 1)[1]}")
@@ -255,17 +196,19 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
         else:
             right.text(0.5, 0.5, "no attention to read", ha="center", va="center",
                        transform=right.transAxes, color="grey")
+        end, emerged = run.get("plateau_end"), run["steps_to_emergence"]
         for ax in (left, right):
-            if marks and marks[0] is not None:
-                ax.axvline(marks[0], color="grey", ls="--", lw=0.9)
-            if marks:
-                ax.axvline(marks[1], color="k", lw=1.1)
+            if end is not None:
+                ax.axvline(end, color="grey", ls="--", lw=0.9)
+            if emerged is not None:
+                ax.axvline(emerged, color="k", lw=1.1)
             ax.grid(alpha=0.3)
         seed = run["config"]["seed"]
         outcome = run["status"]
-        if marks:
-            outcome = f"emerged at step {marks[1]} (solid)" + (
-                f", plateau ends at {marks[0]} (dashed)" if marks[0] is not None else "")
+        if emerged is not None:
+            outcome = f"emerged at step {emerged} (solid)" + (
+                f", plateau ends at {end} (dashed)" if end is not None else
+                f"; {run.get('width_note') or 'no plateau recorded'}")
         left.set_title(f"{row['task']}\n{row['architecture']}, seed {seed}: {outcome}",
                        fontsize=8)
         right.set_title("attention mass on the ground-truth parents (max over heads)", fontsize=8)
@@ -292,7 +235,8 @@ def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
     plt = _pyplot()
     fig, grid = plt.subplots(len(shown), 2, figsize=(9, 4.2 * len(shown)), squeeze=False)
     for (row, run, best), (left, right) in zip(shown, grid):
-        truth = build_task(load_task_config(run["config"]["task"])).attention_target()
+        truth = build_task(load_task_config(run["config"]["task"]),
+                           seed=run["config"]["seed"]).attention_target()
         left.imshow(truth.numpy(), cmap="Greys", vmin=0, vmax=1)
         left.set_title(f"ground truth\n{row['task']}", fontsize=8)
         right.imshow(np.asarray(best["map"]), cmap="viridis", vmin=0, vmax=1)

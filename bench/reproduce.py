@@ -2,30 +2,35 @@
 and with a statistical test, whether the new results agree with the committed ones.
 
 Per row (a configuration less its seed): a log-rank test on the steps-to-emergence distributions
-(censored seeds kept) and a Fisher exact test on the solve rates. The p-values of the whole table
-are Benjamini-Hochberg adjusted (a table is many hypotheses); a row *differs* when either of its
-adjusted p-values is below `alpha`. Rerunning the committed seeds on the same kind of machine
-reproduces them exactly (p = 1); fresh seeds (`--seed-start`) make it an independent replication.
+(censored seeds kept; exact by permutation below 20 seeds a group) and a Fisher exact test on the
+solve rates. The p-values of the whole table are Holm-adjusted (a table is many hypotheses); a
+row *differs* when either of its adjusted p-values is below `alpha`. "Agrees" is not proof of
+sameness: each row also says the smallest slowdown its seed counts would detect with 80% power
+(simulated by resampling the committed seeds) and how many seeds per side would detect a 1.5x
+slowdown. Rerunning the committed seeds on the same kind of machine reproduces them exactly
+(p = 1); fresh seeds (`--seed-start`) make it an independent replication.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
-from .leaderboard import (
-    by_row,
-    group_key,
-    row_labels,
-    steps_text,
-    survival_sample,
-    write_leaderboard,
-)
+from .leaderboard import steps_text, write_leaderboard
 from .results import ResultsDB
-from .stats import adjust, kaplan_meier, logrank_p, solve_rate_p
+from .rows import by_row, group_key, row_labels, survival_sample
+from .stats import (
+    holm,
+    kaplan_meier,
+    logrank_test,
+    recommended_seeds,
+    smallest_detectable,
+    solve_rate_p,
+)
 from .sweep import SweepSpec, expand, load_spec, read_results, run_sweep
 
 
@@ -76,11 +81,15 @@ def compare(committed: list[dict[str, Any]], fresh: list[dict[str, Any]],
                "committed_median": _median(ref) if ref else "-", "new_median": _median(runs)}
         if ref:
             (ta, ea), (tb, eb) = survival_sample(ref), survival_sample(runs)
-            row["p_logrank"] = logrank_p(ta, ea, tb, eb)
+            test = logrank_test(ta, ea, tb, eb)
+            row["p_logrank"], row["method"] = test.p, test.method
             row["p_solve_rate"] = solve_rate_p(sum(ea), len(ea), sum(eb), len(eb))
+            budget = max(r["budget_steps"] for r in ref)
+            row["detectable_slowdown"] = smallest_detectable(ta, ea, budget, len(tb), alpha)
+            row["seeds_for_1.5x"] = recommended_seeds(ta, ea, budget, 1.5, alpha)
         rows.append(row)
     tested = [r for r in rows if "p_logrank" in r]
-    adjusted = adjust([p for r in tested for p in (r["p_logrank"], r["p_solve_rate"])])
+    adjusted = holm([p for r in tested for p in (r["p_logrank"], r["p_solve_rate"])])
     for i, r in enumerate(tested):
         r["p_adjusted"] = min(adjusted[2 * i], adjusted[2 * i + 1])
     for r in rows:
@@ -89,11 +98,26 @@ def compare(committed: list[dict[str, Any]], fresh: list[dict[str, Any]],
     return rows
 
 
+def _ratio(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return "> 8x (or nothing emerged)" if math.isinf(x) else f">= {x:g}x slowdown"
+
+
+def _seeds(n: int | None, tested: bool) -> str:
+    return "-" if not tested else "> 48" if n is None else str(n)
+
+
 def to_markdown(name: str, rows: list[dict[str, Any]], alpha: float, fresh: Path) -> str:
     header = ["task", "architecture", "solved (committed -> new)", "median steps",
-              "p log-rank", "p solve rate", "p adjusted", "verdict", "config"]
+              "p log-rank", "p solve rate", "p adjusted", "verdict", "detects (80% power)",
+              "seeds for 1.5x", "config"]
     lines = [f"# reproduce {name}", "", f"New results: `{fresh}`. A row differs when a "
-             f"Benjamini-Hochberg adjusted p-value is below {alpha:g}.", "",
+             f"Holm-adjusted p-value is below {alpha:g} (log-rank: exact permutation below 20 "
+             "seeds a group). Detects: the smallest slowdown of the new runs that these seed "
+             "counts would call *differs* with 80% power (simulated by resampling the committed "
+             "seeds, unadjusted); an *agrees* says nothing about smaller differences. Seeds for "
+             "1.5x: seeds per side that would detect a 1.5-fold slowdown.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         p = [f"{r[k]:.3g}" if k in r else "-" for k in ("p_logrank", "p_solve_rate",
@@ -102,7 +126,8 @@ def to_markdown(name: str, rows: list[dict[str, Any]], alpha: float, fresh: Path
             r["task"], f"`{r['architecture']}`",
             f"{r['committed_solved']} -> {r['new_solved']}",
             f"{r['committed_median']} -> {r['new_median']}", *p,
-            f"**{r['verdict']}**", f"`{r['config']}`"]) + " |")
+            f"**{r['verdict']}**", _ratio(r.get("detectable_slowdown")),
+            _seeds(r.get("seeds_for_1.5x"), "p_logrank" in r), f"`{r['config']}`"]) + " |")
     agree = sum(r["verdict"] == "agrees" for r in rows)
     lines += ["", f"{agree} of {len(rows)} rows agree.", ""]
     return "\n".join(lines)

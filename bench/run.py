@@ -25,7 +25,7 @@ from architectures import ContractError, check_mixer
 from datamodules import StateSequenceTask, build_task
 
 from .config import ConfigError, RunConfig
-from .emergence import EmergenceCallback, EmergenceTracker
+from .emergence import EmergenceCallback, EmergenceTracker, check_threshold, reference_key
 from .module import EmergenceModule
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
@@ -51,12 +51,29 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
 
 
-def chance_and_solved(metric: str, vocab_size: int) -> tuple[float, float]:
-    if metric == "val/loss":
-        return math.log(vocab_size), 0.0
-    if metric == "val/token_acc":
-        return 1.0 / vocab_size, 1.0
-    return 0.0, 1.0  # exact-state accuracy: chance is V^-S, indistinguishable from 0
+def build_run_task(cfg: RunConfig) -> StateSequenceTask:
+    """The job's task instance, checked: an instance the task refuses, or an emergence threshold
+    outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
+    try:
+        task = build_task(cfg.task, batch_size=cfg.train.batch_size,
+                          eval_size=cfg.train.eval_size, probe_size=cfg.train.probe_size,
+                          seed=cfg.seed)
+        task.references()  # draws the evaluation set (a held-out part may be empty)
+    except ValueError as e:
+        raise ConfigError(f"task.{e}") from None
+    if not cfg.task.random_targets:  # leak control: nothing to learn, by design
+        try:
+            check_threshold(cfg.emergence, task.references())
+        except ValueError as e:
+            raise ConfigError(f"emergence.{e}") from None
+    return task
+
+
+def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCallback:
+    """The criterion's callback, with progress measured from the task's no-context baseline to
+    its Bayes ceiling."""
+    key, refs = reference_key(cfg.emergence.metric), task.references()
+    return EmergenceCallback(cfg.emergence, refs["no_context"][key], refs["ceiling"][key])
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool):
@@ -66,7 +83,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
         "enable_checkpointing": False,
         "enable_model_summary": False,
         "enable_progress_bar": progress,
-        "num_sanity_val_steps": 0,
+        "num_sanity_val_steps": -1,  # the whole evaluation before the first step: step 0
         "log_every_n_steps": cfg.train.eval_every,
         **cfg.trainer,
     }
@@ -93,23 +110,19 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     """
     quiet_lightning()
     run_dir = Path(run_dir)
-    task = build_task(
-        cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size, seed=cfg.seed
-    )
+    task = build_run_task(cfg)
     try:  # a mixer that breaks the contract is rejected before anything trains or is written
         check_mixer(cfg.arch, task.seq_len)
     except ContractError as e:
         raise ConfigError(f"arch.name: {e}") from None
     L.seed_everything(cfg.seed, verbose=False)
     module = EmergenceModule(cfg.arch, cfg.train, task)
-    chance, solved = chance_and_solved(cfg.emergence.metric, task.vocab_size)
-    emergence = EmergenceCallback(cfg.emergence, chance, solved)
+    emergence = emergence_callback(cfg, task)
     recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
     trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress)
-    for size, name in ((cfg.train.batch_size, "batch_size"), (cfg.train.eval_size, "eval_size")):
-        if size % trainer.world_size:
-            raise ConfigError(f"train.{name}: {size} does not split over "
-                              f"{trainer.world_size} devices; use a multiple of it")
+    if cfg.train.batch_size % trainer.world_size:
+        raise ConfigError(f"train.batch_size: {cfg.train.batch_size} does not split over "
+                          f"{trainer.world_size} devices; use a multiple of it")
     trainer.fit(module, datamodule=task)
     if not trainer.is_global_zero:
         return None
@@ -127,8 +140,6 @@ class RunRecorder(Callback):
         self.curves: dict[str, list[float]] = {"step": []}
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
         seen = len(self.curves["step"])
         self.curves["step"].append(trainer.global_step)
         for key, value in trainer.callback_metrics.items():
@@ -156,6 +167,7 @@ def summarise_run(
     steps = trainer.global_step
     emerged = tracker.status == "emerged"
     tokens_per_step = cfg.train.batch_size * task.n_tokens
+    plateau_end, rise, width_note = tracker.transition()
     return {
         "job_id": cfg.job_id(),
         "status": tracker.status,
@@ -163,6 +175,10 @@ def summarise_run(
         "tokens_to_emergence": tracker.step * tokens_per_step if emerged else None,
         "wall_time_to_emergence_s": tracker.wall_time_s if emerged else None,
         "transition_width": tracker.transition_width(),
+        "plateau_end": plateau_end,
+        "rise_step": rise,
+        "width_note": width_note,
+        "accuracy": accuracy_summary(curves),
         "steps": steps,
         "budget_steps": cfg.train.max_steps,
         "final_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
@@ -177,9 +193,26 @@ def summarise_run(
         "mixer_params_per_layer": [sum(p.numel() for p in b.mixer.parameters())
                                    for b in module.model.blocks],
         "state_per_layer": cfg.arch.state_size(task.seq_len),
+        "instance_seed": task.instance_seed,
+        "task_flags": task.flags(),
+        "split": task.split_sizes(),
+        "references": task.references(),
         "config": cfg.to_dict(),
         "versions": versions(),
     }
+
+
+def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:
+    """The same accuracy figures for every run, read over all its evaluations: the best held-out
+    and training-probe token accuracy, and the memorisation gap (the largest excess of the
+    training probe over the held-out set at one evaluation)."""
+    val = curves.get("val/token_acc", [])
+    probe = curves.get("train/token_acc", [])
+    gaps = [p - v for p, v in zip(probe, val) if math.isfinite(p - v)]
+    finite = [v for v in val if math.isfinite(v)]
+    return {"heldout_token_acc": max(finite, default=math.nan),
+            "train_token_acc": max((p for p in probe if math.isfinite(p)), default=math.nan),
+            "gap": max(gaps, default=math.nan)}
 
 
 def kernel_path(module: EmergenceModule) -> str:

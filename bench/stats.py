@@ -1,17 +1,34 @@
-"""Survival statistics for steps-to-emergence: censored seeds are kept, not dropped.
+"""Survival statistics for steps-to-emergence that hold at a handful of seeds.
 
-Kaplan-Meier via scipy.stats.ecdf on right-censored data; the median's 95% confidence interval is
-read off the log-log pointwise band of the survival function (Brookmeyer-Crowley style).
+- Kaplan-Meier (scipy.stats.ecdf on right-censored data). Quantiles follow the R survival
+  package (`quantile.survfit`): the first step where S(t) <= 1 - q, the midpoint of a flat that
+  sits exactly at 1 - q, and *undefined* where the curve never falls that far. The median's 95%
+  interval is read off the log-log pointwise band the same way (Brookmeyer-Crowley, as survfit
+  with conf.type = "log-log"); an end whose band never crosses 0.5 at a defined point is
+  undefined (NaN), never replaced by the last observed step.
+- Log-rank tests as permutation tests of the log-rank scores (w_i = event_i - pooled
+  Nelson-Aalen hazard at t_i; the two-sample statistic is the sum of one group's scores): exact
+  over every relabelling when there are at most `EXACT_LIMIT`, Monte Carlo otherwise, and the
+  asymptotic chi-square only when every group has `ASYMPTOTIC_FROM` seeds or more. The same
+  scores weighted by an ordered factor give the trend test for monotone claims.
+- Holm's step-down correction for claims that rest on several comparisons.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+
+EXACT_LIMIT = 200_000  # relabellings enumerated exactly up to this many
+MONTE_CARLO = 20_000  # random relabellings beyond it
+ASYMPTOTIC_FROM = 20  # seeds per group from which the chi-square approximation is used
+TOL = 1e-9
 
 
 @dataclass
@@ -22,6 +39,7 @@ class SurvivalSummary:
     """KM median steps-to-emergence (inf where fewer than half the seeds emerge)"""
     ci_low: float
     ci_high: float
+    """95% interval of the median; NaN where undefined"""
     q1: float
     q3: float
     steps: np.ndarray
@@ -30,13 +48,24 @@ class SurvivalSummary:
     """fraction of seeds emerged by each step of `steps` (1 - KM survival)"""
     emerged_low: np.ndarray
     emerged_high: np.ndarray
-    """pointwise confidence band of `emerged` (log-log)"""
+    """pointwise confidence band of `emerged` (log-log; NaN where undefined)"""
 
 
-def _first_below(times: np.ndarray, surv: np.ndarray, level: float) -> float:
-    """Smallest time t with S(t) <= level, or inf."""
-    hit = np.nonzero(surv <= level + 1e-12)[0]
-    return float(times[hit[0]]) if len(hit) else math.inf
+def quantile_time(times: np.ndarray, surv: np.ndarray, level: float, last: float,
+                  undefined: float = math.inf) -> float:
+    """The first time with S(t) <= level; the midpoint of a flat at exactly `level` (to the next
+    drop, or to `last`, the largest observed time); `undefined` where S never falls there. NaN
+    points of a band are skipped."""
+    ok = ~np.isnan(surv)
+    times, surv = times[ok], surv[ok]
+    hit = np.nonzero(surv <= level + TOL)[0]
+    if not len(hit):
+        return undefined
+    i = hit[0]
+    if abs(surv[i] - level) > TOL:
+        return float(times[i])
+    lower = np.nonzero(surv < surv[i] - TOL)[0]
+    return float((times[i] + (times[lower[0]] if len(lower) else last)) / 2)
 
 
 def kaplan_meier(times: list[float], emerged: list[bool], confidence: float = 0.95):
@@ -44,25 +73,25 @@ def kaplan_meier(times: list[float], emerged: list[bool], confidence: float = 0.
     t = np.asarray(times, dtype=float)
     e = np.asarray(emerged, dtype=bool)
     if not e.any():
-        inf = math.inf
-        zero = np.array([0.0])
-        return SurvivalSummary(len(t), 0, inf, inf, inf, inf, inf, zero, zero, zero, zero)
+        inf, zero = math.inf, np.array([0.0])
+        return SurvivalSummary(len(t), 0, inf, math.nan, math.nan, inf, inf, zero, zero, zero,
+                               zero)
     res = stats.ecdf(stats.CensoredData(uncensored=t[e], right=t[~e]))
     sf = res.sf
     grid, surv = sf.quantiles, sf.probabilities
-    with warnings.catch_warnings():  # the band is undefined where S is 0 or 1: use S there
+    with warnings.catch_warnings():  # the band is undefined where S is 0 or 1
         warnings.simplefilter("ignore", RuntimeWarning)
         band = sf.confidence_interval(confidence, method="log-log")
-    low = np.where(np.isnan(band.low.probabilities), surv, band.low.probabilities)
-    high = np.where(np.isnan(band.high.probabilities), surv, band.high.probabilities)
+    low, high = band.low.probabilities, band.high.probabilities
+    last = float(t.max())
     return SurvivalSummary(
         n=len(t),
         events=int(e.sum()),
-        median=_first_below(grid, surv, 0.5),
-        ci_low=_first_below(grid, low, 0.5),
-        ci_high=_first_below(grid, high, 0.5),
-        q1=_first_below(grid, surv, 0.75),
-        q3=_first_below(grid, surv, 0.25),
+        median=quantile_time(grid, surv, 0.5, last),
+        ci_low=quantile_time(grid, low, 0.5, last, math.nan),
+        ci_high=quantile_time(grid, high, 0.5, last, math.nan),
+        q1=quantile_time(grid, surv, 0.75, last),
+        q3=quantile_time(grid, surv, 0.25, last),
         steps=np.concatenate([[0.0], grid]),
         emerged=np.concatenate([[0.0], 1.0 - surv]),
         emerged_low=np.concatenate([[0.0], 1.0 - high]),
@@ -70,19 +99,120 @@ def kaplan_meier(times: list[float], emerged: list[bool], confidence: float = 0.
     )
 
 
-def _censored(times: list[float], emerged: list[bool]) -> stats.CensoredData:
+# --- tests -------------------------------------------------------------------------------------
+@dataclass
+class TestResult:
+    p: float
+    method: str
+    """exact permutation, Monte Carlo permutation, or asymptotic"""
+    statistic: float = 0.0
+    """the signed score sum: > 0 when the first group (or higher factor values) emerge sooner"""
+
+    __test__ = False  # not a pytest class
+
+
+def logrank_scores(times: list[float], emerged: list[bool]) -> np.ndarray:
+    """Log-rank scores of the pooled sample: w_i = event_i - Nelson-Aalen hazard at t_i (ties
+    at t_i included). They sum to 0, and a group's sum is its observed minus expected events."""
     t, e = np.asarray(times, dtype=float), np.asarray(emerged, dtype=bool)
-    return stats.CensoredData(uncensored=t[e], right=t[~e])
+    event_times = np.unique(t[e])
+    at_risk = (t[None, :] >= event_times[:, None]).sum(1)
+    deaths = (t[e][None, :] == event_times[:, None]).sum(1)
+    cumulative = np.cumsum(deaths / at_risk)  # at each event time
+    upto = np.searchsorted(event_times, t, side="right")  # event times <= t_i
+    return e - np.concatenate([[0.0], cumulative])[upto]
+
+
+def _permutation(groups: list[np.ndarray], weights: np.ndarray) -> TestResult:
+    """Permutation test of |sum_g weight_g * sum(scores of g)| over relabellings."""
+    sizes = [len(g) for g in groups]
+    n = sum(sizes)
+    splits = math.factorial(n)
+    for k in sizes:
+        splits //= math.factorial(k)
+
+    def statistic(*samples, axis):
+        return sum(w * np.sum(s, axis=axis) for w, s in zip(weights, samples))
+
+    observed = float(statistic(*groups, axis=0))
+    if not any(np.any(np.abs(g) > TOL) for g in groups):  # nothing emerged: no information
+        return TestResult(1.0, "exact permutation", observed)
+    exact = splits <= EXACT_LIMIT
+    res = stats.permutation_test(
+        groups, lambda *s, axis: np.abs(statistic(*s, axis=axis)), vectorized=True,
+        permutation_type="independent", alternative="greater",
+        n_resamples=np.inf if exact else MONTE_CARLO, rng=np.random.default_rng(0))
+    method = "exact permutation" if exact else f"Monte Carlo permutation ({MONTE_CARLO:,})"
+    return TestResult(float(min(res.pvalue, 1.0)), method, observed)
+
+
+@functools.lru_cache(maxsize=64)
+def _relabellings(n_a: int, n_b: int) -> tuple[np.ndarray, str]:
+    """(R, n) 0/1 rows, each a choice of the first group among n = n_a + n_b: all of them when
+    there are at most EXACT_LIMIT, else MONTE_CARLO random ones (fixed seed) after the identity."""
+    n = n_a + n_b
+    if math.comb(n, n_a) <= EXACT_LIMIT:
+        rows = np.zeros((math.comb(n, n_a), n), dtype=np.float64)
+        for r, chosen in enumerate(itertools.combinations(range(n), n_a)):
+            rows[r, list(chosen)] = 1.0
+        return rows, "exact permutation"
+    rng = np.random.default_rng(0)
+    keys = rng.random((MONTE_CARLO, n)).argsort(1) < n_a
+    identity = np.arange(n)[None, :] < n_a
+    return (np.concatenate([identity, keys]).astype(np.float64),
+            f"Monte Carlo permutation ({MONTE_CARLO:,})")
+
+
+def _two_sample(w: np.ndarray, n_a: int) -> TestResult:
+    """Permutation p of |sum of the first group's scores| over relabellings (a vectorised
+    matrix product: fast enough to run inside power simulations)."""
+    observed = float(w[:n_a].sum())
+    if not np.any(np.abs(w) > TOL):
+        return TestResult(1.0, "exact permutation", observed)
+    rows, method = _relabellings(n_a, len(w) - n_a)
+    sums = np.abs(rows @ w)
+    p = float(np.mean(sums >= abs(observed) - TOL * max(1.0, abs(observed))))
+    return TestResult(min(p, 1.0), method, observed)
+
+
+def logrank_test(times_a: list[float], emerged_a: list[bool], times_b: list[float],
+                 emerged_b: list[bool]) -> TestResult:
+    """Two-sided log-rank test that two steps-to-emergence samples (censored at their budget)
+    come from one distribution: a permutation test while a group has fewer than
+    ASYMPTOTIC_FROM seeds. The statistic is > 0 when the first sample emerges sooner."""
+    if min(len(times_a), len(times_b)) >= ASYMPTOTIC_FROM:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = stats.logrank(_censored(times_a, emerged_a), _censored(times_b, emerged_b))
+        p = 1.0 if math.isnan(res.pvalue) else float(res.pvalue)
+        w = logrank_scores([*times_a, *times_b], [*emerged_a, *emerged_b])
+        return TestResult(p, "asymptotic", float(w[: len(times_a)].sum()))
+    w = logrank_scores([*times_a, *times_b], [*emerged_a, *emerged_b])
+    return _two_sample(w, len(times_a))
 
 
 def logrank_p(times_a: list[float], emerged_a: list[bool], times_b: list[float],
               emerged_b: list[bool]) -> float:
-    """Two-sided log-rank p-value that two steps-to-emergence samples (censored at their budget)
-    come from one distribution; 1 where the test has no variance (e.g. no seed emerged)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        p = stats.logrank(_censored(times_a, emerged_a), _censored(times_b, emerged_b)).pvalue
-    return 1.0 if math.isnan(p) else float(p)
+    """The p-value of `logrank_test`."""
+    return logrank_test(times_a, emerged_a, times_b, emerged_b).p
+
+
+def trend_test(samples: list[tuple[list[float], list[bool]]], scores: list[float]) -> TestResult:
+    """Log-rank test for trend across ordered groups (each a (times, emerged) sample, with a
+    factor value in `scores`): permutation of the score-weighted sum of log-rank scores. The
+    statistic is > 0 when higher factor values emerge sooner."""
+    times = [t for ts, _ in samples for t in ts]
+    emerged = [e for _, es in samples for e in es]
+    w = logrank_scores(times, emerged)
+    bounds = np.cumsum([0, *(len(ts) for ts, _ in samples)])
+    groups = [w[a:b] for a, b in zip(bounds, bounds[1:])]
+    centred = np.asarray(scores, dtype=float) - np.mean(scores)
+    return _permutation(groups, centred)
+
+
+def _censored(times: list[float], emerged: list[bool]) -> stats.CensoredData:
+    t, e = np.asarray(times, dtype=float), np.asarray(emerged, dtype=bool)
+    return stats.CensoredData(uncensored=t[e], right=t[~e])
 
 
 def solve_rate_p(emerged_a: int, n_a: int, emerged_b: int, n_b: int) -> float:
@@ -91,8 +221,60 @@ def solve_rate_p(emerged_a: int, n_a: int, emerged_b: int, n_b: int) -> float:
                                      [emerged_b, n_b - emerged_b]]).pvalue)
 
 
-def adjust(pvalues: list[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (a table of many rows tests many hypotheses)."""
-    if not pvalues:
-        return []
-    return [float(p) for p in stats.false_discovery_control(np.asarray(pvalues), method="bh")]
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error over one claim's comparisons)."""
+    order = np.argsort(pvalues, kind="stable")
+    adjusted, running, m = [0.0] * len(pvalues), 0.0, len(pvalues)
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+# --- power ---------------------------------------------------------------------------------------
+RATIOS = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+SEED_COUNTS = (4, 8, 12, 16, 24, 32, 48)
+
+
+def detection_power(times: list[float], emerged: list[bool], budget: float, ratio: float,
+                    n_new: int, alpha: float = 0.05, n_sims: int = 200,
+                    n_ref: int | None = None, seed: int = 0) -> float:
+    """Share of simulated reruns whose log-rank test against a reference sample says *differs*
+    at `alpha`, when the truth is a `ratio`-fold slowdown. Both samples are bootstrapped from
+    the observed one (`n_ref` seeds for the reference, default as observed; `n_new` for the
+    rerun, whose emergence steps are multiplied by `ratio` and censored at `budget`)."""
+    rng = np.random.default_rng(seed)
+    t, e = np.asarray(times, dtype=float), np.asarray(emerged, dtype=bool)
+    n_ref = n_ref or len(t)
+    hits = 0
+    for _ in range(n_sims):
+        ref = rng.integers(len(t), size=n_ref)
+        new = rng.integers(len(t), size=n_new)
+        slow = np.where(e[new], t[new] * ratio, budget)
+        slow_e = e[new] & (slow < budget)
+        slow = np.minimum(slow, budget)
+        hits += logrank_test(t[ref], e[ref], slow, slow_e).p < alpha
+    return hits / n_sims
+
+
+def smallest_detectable(times: list[float], emerged: list[bool], budget: float, n_new: int,
+                        alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest slowdown of RATIOS detected with `power` at these seed counts (inf: none)."""
+    if not any(emerged):
+        return math.inf  # nothing emerged: a slowdown cannot show
+    for ratio in RATIOS:
+        if detection_power(times, emerged, budget, ratio, n_new, alpha) >= power:
+            return ratio
+    return math.inf
+
+
+def recommended_seeds(times: list[float], emerged: list[bool], budget: float,
+                      ratio: float = 1.5, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """Seeds per side (reference and rerun alike) that detect a `ratio`-fold slowdown with
+    `power`, from SEED_COUNTS (None: more than the largest)."""
+    if not any(emerged):
+        return None
+    for n in SEED_COUNTS:
+        if detection_power(times, emerged, budget, ratio, n, alpha, n_sims=100, n_ref=n) >= power:
+            return n
+    return None

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .leaderboard import row_labels
 from .results import FINISHED, ResultsDB
+from .rows import row_labels
 from .sweep import SweepLock
 
 

@@ -2,8 +2,10 @@
 
 Grids: any field of a task or an architecture entry may be a list (the cartesian product is
 taken), `seeds` is a count or a list, and `train.lr` may be a list (the leaderboard then reports
-each architecture at its best learning rate). Every job is validated before anything is written,
-and its id is a hash of its resolved config.
+each architecture at its best learning rate, chosen on the same seeds). Fairer: `tune` chooses
+each row's rate on tuning seeds disjoint from the reported ones, then trains the reported seeds
+at that rate only. Every job (its task instance and emergence threshold included) is validated
+before anything is written, and its id is a hash of its resolved config.
 
 Resume: a job whose row is finished is skipped; rows left `running` by a killed sweep, and failed
 ones, run again. One sweep at a time per directory (an advisory lock that dies with its process).
@@ -11,9 +13,11 @@ ones, run again. One sweep at a time per directory (an advisory lock that dies w
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -28,6 +32,10 @@ from tqdm.auto import tqdm
 
 from .config import ConfigError, RunConfig, build_section, load_run_config
 from .results import FINISHED, ResultsDB
+from .rows import by_row, group_key, lr_preference, survival_sample
+from .stats import kaplan_meier
+
+TUNE_SEED_START = 1000  # `tune: {seeds: n}` means seeds 1000 .. 1000 + n - 1
 
 
 @dataclass
@@ -49,6 +57,13 @@ class SweepSpec:
     plots: list[list[str]] = field(default_factory=list)
     """factor plots: each one or two axes (task.FIELD, arch.FIELD, train.FIELD, or supports =
     C(S, s)) against which solve rate and median steps are drawn (a line, or heatmaps)"""
+    tests: list[Any] = field(default_factory=list)
+    """the claim's tests: {compare: FIELD} (optionally against: VALUE) or {trend: FIELD}; each
+    entry is one family of comparisons, Holm-adjusted (see bench.claims)"""
+    tune: dict[str, Any] = field(default_factory=dict)
+    """{lr: [rates], seeds: count or list}: choose each row's learning rate on these seeds
+    (a count n means seeds 1000 .. 1000+n-1), disjoint from `seeds`; the table reports only
+    `seeds`, each row at its chosen rate"""
 
     def __post_init__(self) -> None:
         if not self.archs:
@@ -63,6 +78,10 @@ class SweepSpec:
                 raise ValueError(f"train.{key}: only train.lr may be a list (a grid)")
         if self.train.get("lr") == []:
             raise ValueError("train.lr: an empty grid; give a number or a non-empty list")
+        from .claims import check_tests
+
+        check_tests(self.tests)
+        self._check_tune()
         for axes in self.plots:
             if not 1 <= len(axes) <= 2:
                 raise ValueError(f"plots: each plot has one or two axes, got {list(axes)}")
@@ -76,20 +95,50 @@ class SweepSpec:
         return self.task if isinstance(self.task, list) else [self.task]
 
     def seed_list(self) -> list[int]:
-        seeds = self.seeds
-        if isinstance(seeds, bool) or not isinstance(seeds, int | list):
-            raise ValueError(f"seeds: must be a count or a list of seeds, got {seeds!r}")
-        if isinstance(seeds, int):
-            if seeds < 1:
-                raise ValueError(f"seeds: must be >= 1, got {seeds}")
-            return list(range(seeds))
-        if not seeds:
-            raise ValueError("seeds: an empty list; give a count or at least one seed")
-        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-            raise ValueError(f"seeds: every seed must be an integer >= 0, got {seeds}")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds: listed twice in {seeds}")
-        return list(seeds)
+        return seed_list(self.seeds, "seeds")
+
+    def tune_seeds(self) -> list[int]:
+        return seed_list(self.tune["seeds"], "tune.seeds", TUNE_SEED_START) if self.tune else []
+
+    def _check_tune(self) -> None:
+        if not self.tune:
+            return
+        unknown = set(self.tune) - {"lr", "seeds"}
+        if unknown or set(self.tune) != {"lr", "seeds"}:
+            raise ValueError(f"tune: needs exactly lr (a list of rates) and seeds (a count or "
+                             f"a list), got {sorted(self.tune)}")
+        rates = self.tune["lr"]
+        if (not isinstance(rates, list) or len(rates) < 2
+                or not all(isinstance(r, int | float) and not isinstance(r, bool)
+                           and math.isfinite(r) and r > 0 for r in rates)):
+            raise ValueError(f"tune.lr: a list of at least two positive rates, got {rates!r}")
+        if "lr" in self.train:
+            raise ValueError("train.lr: set by tune (each row's rate is chosen from tune.lr); "
+                             "remove it")
+        overlap = set(self.tune_seeds()) & set(self.seed_list())
+        if overlap:
+            raise ValueError(f"tune.seeds: must be disjoint from seeds; both list "
+                             f"{sorted(overlap)[:5]}")
+
+
+def seed_list(seeds: Any, where: str, start: int = 0) -> list[int]:
+    """A count n (seeds start .. start+n-1) or an explicit list of seeds, validated."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int | list):
+        raise ValueError(f"{where}: must be a count or a list of seeds, got {seeds!r}")
+    if isinstance(seeds, int):
+        if not 1 <= seeds <= MAX_SEEDS:
+            raise ValueError(f"{where}: must be in 1..{MAX_SEEDS}, got {seeds}")
+        return list(range(start, start + seeds))
+    if not seeds:
+        raise ValueError(f"{where}: an empty list; give a count or at least one seed")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds):
+        raise ValueError(f"{where}: every seed must be an integer in [0, 2^63), got {seeds}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{where}: listed twice in {seeds}")
+    return list(seeds)
+
+
+MAX_SEEDS = 10_000
 
 
 def grid(section: dict[str, Any], where: str) -> list[dict[str, Any]]:
@@ -116,10 +165,38 @@ def load_spec(path: Path | str) -> SweepSpec:
     return build_section(SweepSpec, raw, "")
 
 
-def expand(spec: SweepSpec) -> list[RunConfig]:
-    """All jobs of the spec, validated, in (task, architecture, lr, seed) order."""
+def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunConfig]:
+    """The reported jobs of the spec, validated, in (task, architecture, lr, seed) order. With
+    `tune`, each row trains at its rate in `rates` (keyed by the row's config less seed and lr);
+    without `rates` the rows are validated at the first tuning rate."""
+    if spec.tune:
+        jobs = _expand(spec, [spec.tune["lr"][0]], spec.seed_list())
+        if rates is not None:
+            jobs = [dataclasses.replace(j, train=dataclasses.replace(
+                j.train, lr=rates[group_key(j.to_dict(), ("seed", "lr"))])) for j in jobs]
+        return jobs
     lrs = spec.train.get("lr")
-    lrs = lrs if isinstance(lrs, list) else [lrs]
+    return _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
+
+
+def tuning_jobs(spec: SweepSpec) -> list[RunConfig]:
+    """Every row at every tuning rate on the tuning seeds (none without `tune`)."""
+    return _expand(spec, spec.tune["lr"], spec.tune_seeds()) if spec.tune else []
+
+
+def choose_rates(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Each row's learning rate from its tuning runs (the leaderboard's order of preference)."""
+    families: dict[str, list[tuple]] = {}
+    for runs in by_row(results).values():
+        km = kaplan_meier(*survival_sample(runs))
+        lr = runs[0]["config"]["train"]["lr"]
+        family = group_key(runs[0]["config"], ("seed", "lr"))
+        families.setdefault(family, []).append(lr_preference(km.median, km.events / len(runs),
+                                                             lr))
+    return {family: min(prefs)[2] for family, prefs in families.items()}
+
+
+def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig]:
     jobs = []
     for t, task_section in enumerate(spec.tasks):
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
@@ -127,19 +204,34 @@ def expand(spec: SweepSpec) -> list[RunConfig]:
                 for arch in grid(arch_section, f"archs[{i}]"):
                     for lr in lrs:
                         train = {**spec.train, **({"lr": lr} if lr is not None else {})}
-                        for seed in spec.seed_list():
+                        for seed in seeds:
                             jobs.append(_job(task, arch, train, spec, seed, i))
     check_sweep_trainer(spec.trainer)
     check_plot_axes(spec.plots, jobs)
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError("archs: two entries resolve to the same architecture config")
+    check_tasks(jobs)
     return jobs
+
+
+def check_tasks(jobs: list[RunConfig]) -> None:
+    """Build each job's task instance (one per task config and seed) and check its emergence
+    threshold against it, before anything is written."""
+    from .run import build_run_task
+
+    seen = set()
+    for job in jobs:
+        key = (repr(job.task), job.seed if job.task.task_seed == "per_seed" else None,
+               repr(job.emergence), job.train.eval_size)
+        if key not in seen:
+            seen.add(key)
+            build_run_task(job)
 
 
 def check_plot_axes(plots: list[list[str]], jobs: list[RunConfig]) -> None:
     """Every plot axis reads a value from every job, checked before anything trains."""
-    from .plots import axis_value
+    from .rows import axis_value
 
     configs = [job.to_dict() for job in jobs]
     for axis in {a for axes in plots for a in axes}:
@@ -233,35 +325,67 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
 
     options = options or {}
     out = out.absolute()
-    jobs = [job for job in expand(spec) if keep is None or keep(job)]
+    kept = (lambda jobs: jobs) if keep is None else (lambda jobs: [j for j in jobs if keep(j)])
+    tuning = kept(tuning_jobs(spec))
+    jobs = kept(expand(spec))  # validated before anything is written (rates still unknown)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
+    meta = {"name": spec.name, "executor": executor, "workers": workers,
+            "spec": OmegaConf.to_container(OmegaConf.structured(spec))}
     with SweepLock(out):
-        db = ResultsDB(out / ResultsDB.FILENAME, create=True)
-        try:
-            db.sync(jobs, {"name": spec.name, "executor": executor, "workers": workers,
-                           "started_at": time.time(), "total": len(jobs),
-                           "spec": OmegaConf.to_container(OmegaConf.structured(spec))})
-            db.requeue_interrupted()
-            todo = [json.loads(r["config"]) for r in db.rows("in_spec = 1 AND status = 'pending'")]
-            counts = db.counts()
-            done = sum(counts[s] for s in FINISHED)
-            bar = tqdm(total=len(jobs), initial=done, desc=spec.name, unit="job",
-                       disable=not progress, dynamic_ncols=True)
-            emerged, failed = counts["emerged"], 0
-            bar.set_postfix(emerged=emerged, failed=failed)
-            for summary in runner(todo, out, workers, options):
-                emerged += summary["status"] == "emerged"
-                failed += summary["status"] == "failed"
-                bar.update(1)
-                bar.set_postfix(emerged=emerged, failed=failed, refresh=False)
-                if summary["status"] == "failed":
-                    bar.write(f"job {summary['id']} failed: {summary['error']}")
-            bar.close()
-            return db.counts()
-        finally:
-            db.close()
+        if tuning:  # first the tuning seeds; their results choose each row's rate
+            _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)")
+            db = ResultsDB(out / ResultsDB.FILENAME)
+            try:
+                ids = {job.job_id() for job in tuning}
+                rates = choose_rates([json.loads(r["result"]) for r in db.rows()
+                                      if r["id"] in ids and r["status"] in FINISHED])
+            finally:
+                db.close()
+            missing = {group_key(j.to_dict(), ("seed", "lr")) for j in jobs} - set(rates)
+            if missing:  # a row whose every tuning job failed has no rate to report at
+                return _counts(out)
+            jobs = kept(expand(spec, rates))
+        return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
+                         spec.name)
+
+
+def _counts(out: Path) -> dict[str, int]:
+    db = ResultsDB(out / ResultsDB.FILENAME)
+    try:
+        return db.counts()
+    finally:
+        db.close()
+
+
+def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: dict[str, Any],
+              progress: bool, meta: dict[str, Any], title: str) -> dict[str, int]:
+    """List `jobs` as the sweep's jobs and run the unfinished ones; return counts per status."""
+    db = ResultsDB(out / ResultsDB.FILENAME, create=True)
+    try:
+        db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs)})
+        db.requeue_interrupted()
+        todo = [json.loads(r["config"]) for r in db.rows("in_spec = 1 AND status = 'pending'")]
+        counts = db.counts()
+        done = sum(counts[s] for s in FINISHED)
+        bar = tqdm(total=len(jobs), initial=done, desc=title, unit="job",
+                   disable=not progress, dynamic_ncols=True)
+        emerged, failed = counts["emerged"], 0
+        bar.set_postfix(emerged=emerged, failed=failed)
+        for summary in runner(todo, out, workers, options):
+            emerged += summary["status"] == "emerged"
+            failed += summary["status"] == "failed"
+            bar.update(1)
+            bar.set_postfix(emerged=emerged, failed=failed, refresh=False)
+            if summary["status"] == "failed":
+                bar.write(f"job {summary['id']} failed: {summary['error']}")
+        bar.close()
+        return db.counts()
+    finally:
+        db.close()
+
+
 
 
 def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -78,22 +78,21 @@ def advance(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int,
     return x
 
 
-def cellular_automaton_batch(
+def cellular_automaton_rollout(
     rules: torch.Tensor,
+    x0: torch.Tensor,
     n_states: int,
-    batch: int,
     n_colors: int,
-    n_cells: int,
     radius: int,
     rule_applications: int,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw `batch` sequences -> (tokens (batch, S*T), rule index (batch,))."""
-    device = generator.device
-    rules = rules.to(device)
-    rule_index = torch.randint(len(rules), (batch,), generator=generator, device=device)
+    """Sequences from the start states x0 (B, S), each under a rule drawn from the pool ->
+    (tokens (B, S*T), rule index (B,))."""
+    rules = rules.to(x0.device)
+    rule_index = torch.randint(len(rules), (len(x0),), generator=generator, device=x0.device)
     tables = rules[rule_index]  # (B, K^(2r+1))
-    x = torch.randint(n_colors, (batch, n_cells), generator=generator, device=device)
+    x = x0
     states = [x]
     for _ in range(n_states - 1):
         x = advance(x, tables, n_colors, radius, rule_applications)
@@ -106,21 +105,28 @@ class CellularAutomaton(StateSequenceTask):
 
     def __init__(self, config: CellularAutomatonConfig, **kwargs: Any):
         super().__init__(config, **kwargs)
-        self.rules = draw_rules(config.n_rules, config.n_colors, config.radius, config.task_seed)
         self.state_size = config.n_cells
         self.vocab_size = config.n_colors
+        self.rules = draw_rules(config.n_rules, config.n_colors, config.radius,
+                                self.instance_seed)
+
+    def rollout_with_rules(
+        self, x0: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self.config
+        return cellular_automaton_rollout(self.rules, x0, c.n_states, c.n_colors, c.radius,
+                                          c.rule_applications, generator)
+
+    def rollout(self, x0: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return self.rollout_with_rules(x0, generator)[0]
 
     def sample_with_rules(
         self, batch_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.config
-        return cellular_automaton_batch(
-            self.rules, c.n_states, batch_size, c.n_colors, c.n_cells, c.radius,
-            c.rule_applications, generator,
-        )
-
-    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        return self.sample_with_rules(batch_size, generator)[0]
+        """`batch_size` sequences from uniform x_0 and the index of each one's rule."""
+        x0 = torch.randint(self.vocab_size, (batch_size, self.state_size), generator=generator,
+                           device=generator.device)
+        return self.rollout_with_rules(x0, generator)
 
     def next_token_posterior(self, tokens: torch.Tensor) -> torch.Tensor:
         """The rule is hidden: the Bayes-optimal predictor keeps the pool's rules consistent with
@@ -150,6 +156,12 @@ class CellularAutomaton(StateSequenceTask):
 
     def hidden(self) -> dict[str, Any]:
         return {"rules": self.rules.tolist()}
+
+    def flags(self) -> list[str]:
+        constant = [i for i, r in enumerate(self.rules.tolist()) if len(set(r)) == 1]
+        if constant:
+            return [f"rules {constant} are constant: they read no cell"]
+        return []
 
     def inspect(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
         tokens, rule_index = self.sample_with_rules(n, generator)

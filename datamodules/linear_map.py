@@ -2,7 +2,11 @@
 
 Each output token reads `sparsity` tokens of the previous state; finding which ones is the sparse
 mixing pattern the model must discover. Difficulty tracks the number of candidate supports
-binom(S, s). With s = S every bit of every later state is the parity of x_0, a shortcut.
+binom(S, s). Two shortcuts are kept out: with s = S every token of a later state is the sum of the
+whole previous state (refused), and a repeated row makes a token a copy of another token of the
+same state (rows are distinct unless `distinct_rows` is off). A map that is not invertible over
+Z_C confines later states to a smaller set (every even-s map over Z_2 is: A 1 = 0); such an
+instance is flagged with its ranks, and refused when it sends a later source state to zero.
 """
 
 from __future__ import annotations
@@ -19,44 +23,83 @@ from .base import StateSequenceTask, TaskConfig
 class LinearMapConfig(TaskConfig):
     name: str = "linear_map"
     state_size: int = 6
-    """tokens per state S (>= 1)"""
+    """tokens per state S (>= 2)"""
     sparsity: int = 2
-    """ones per row of A, s (1 <= s <= state_size)"""
+    """ones per row of A, s (1 <= s < state_size: s = S is the parity shortcut)"""
     modulus: int = 2
     """token alphabet size C (>= 2); arithmetic is mod C"""
+    distinct_rows: bool = True
+    """draw A with distinct rows (a repeated row makes a token a copy of another of its state)"""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.state_size < 1:
-            raise ValueError(f"state_size: must be >= 1, got {self.state_size}")
-        if not 1 <= self.sparsity <= self.state_size:
+        if self.state_size < 2:
+            raise ValueError(f"state_size: must be >= 2, got {self.state_size}")
+        if not 1 <= self.sparsity < self.state_size:
             raise ValueError(
-                f"sparsity: must be in 1..state_size ({self.state_size}), got {self.sparsity}"
-            )
+                f"sparsity: must be in 1..state_size-1 ({self.state_size - 1}), got "
+                f"{self.sparsity} (s = S makes every token the sum of the previous state)")
         if self.modulus < 2:
             raise ValueError(f"modulus: must be >= 2, got {self.modulus}")
 
 
-def draw_matrix(state_size: int, sparsity: int, seed: int) -> torch.Tensor:
-    """(S, S) long 0/1 with exactly `sparsity` ones per row, columns chosen uniformly per row."""
+def draw_matrix(state_size: int, sparsity: int, seed: int, distinct: bool = True) -> torch.Tensor:
+    """(S, S) long 0/1 with exactly `sparsity` ones per row, columns chosen uniformly per row;
+    with `distinct`, a row equal to an earlier one is drawn again (C(S, s) >= S rows exist)."""
     gen = torch.Generator().manual_seed(seed)
-    keys = torch.rand(state_size, state_size, generator=gen)
-    cols = keys.argsort(dim=1)[:, :sparsity]  # a uniform s-subset per row
-    return torch.zeros(state_size, state_size, dtype=torch.long).scatter_(1, cols, 1)
+    rows: list[torch.Tensor] = []
+    while len(rows) < state_size:
+        cols = torch.rand(state_size, generator=gen).argsort()[:sparsity]  # a uniform s-subset
+        row = torch.zeros(state_size, dtype=torch.long).scatter_(0, cols, 1)
+        if not distinct or not any(torch.equal(row, r) for r in rows):
+            rows.append(row)
+    return torch.stack(rows)
+
+
+def rank_mod(matrix: torch.Tensor, modulus: int) -> int:
+    """Rank of `matrix` over Z_C: the smallest rank over Z_p of the primes p dividing C (the map
+    is invertible mod C exactly when it is mod every such p)."""
+    primes = [p for p in range(2, modulus + 1)
+              if modulus % p == 0 and all(p % q for q in range(2, p))]
+    return min(_rank_mod_prime(matrix.tolist(), p) for p in primes)
+
+
+def _rank_mod_prime(rows: list[list[int]], p: int) -> int:
+    rows = [[v % p for v in r] for r in rows]
+    rank, n_cols = 0, len(rows[0])
+    for col in range(n_cols):
+        pivot = next((i for i in range(rank, len(rows)) if rows[i][col]), None)
+        if pivot is None:
+            continue
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        inv = pow(rows[rank][col], -1, p)
+        rows[rank] = [v * inv % p for v in rows[rank]]
+        for i in range(len(rows)):
+            if i != rank and rows[i][col]:
+                f = rows[i][col]
+                rows[i] = [(a - f * b) % p for a, b in zip(rows[i], rows[rank])]
+        rank += 1
+    return rank
 
 
 def linear_map_batch(
     matrix: torch.Tensor, n_states: int, batch: int, modulus: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """Draw `batch` sequences x_0 .. x_{T-1}, flattened to (batch, S*T).
+    """Draw `batch` sequences x_0 .. x_{T-1} from uniform x_0, flattened to (batch, S*T).
 
-    x_0 is uniform over {0..C-1}^S and x_{t+1} = A x_t mod C. With A = [[0, 1], [1, 1]], C = 2
-    and x_0 = (1, 0): x_1 = (0, 1), x_2 = (1, 1), so the tokens are 1 0 0 1 1 1.
+    x_{t+1} = A x_t mod C. With A = [[0, 1], [1, 1]], C = 2 and x_0 = (1, 0): x_1 = (0, 1),
+    x_2 = (1, 1), so the tokens are 1 0 0 1 1 1.
     """
-    S = matrix.shape[0]
-    a = matrix.to(generator.device)
-    x = torch.randint(modulus, (batch, S), generator=generator, device=generator.device)
-    states = [x]
+    x0 = torch.randint(modulus, (batch, matrix.shape[0]), generator=generator,
+                       device=generator.device)
+    return linear_map_rollout(matrix, x0, n_states, modulus)
+
+
+def linear_map_rollout(matrix: torch.Tensor, x0: torch.Tensor, n_states: int,
+                       modulus: int) -> torch.Tensor:
+    """(B, S) start states -> (B, S*T) sequences under x_{t+1} = A x_t mod C."""
+    a = matrix.to(x0.device)
+    x, states = x0, [x0]
     for _ in range(n_states - 1):
         x = (x @ a.T) % modulus  # (B, S): x_{t+1}[i] = sum_j A[i, j] x_t[j]
         states.append(x)
@@ -68,16 +111,35 @@ class LinearMap(StateSequenceTask):
 
     def __init__(self, config: LinearMapConfig, **kwargs: Any):
         super().__init__(config, **kwargs)
-        self.matrix = draw_matrix(config.state_size, config.sparsity, config.task_seed)
         self.state_size = config.state_size
         self.vocab_size = config.modulus
+        self.matrix = draw_matrix(config.state_size, config.sparsity, self.instance_seed,
+                                  config.distinct_rows)
+        # rank of A^k over Z_C for k = 1 .. T-1: x_k = A^k x_0 ranges over C^rank states
+        power, self.ranks = torch.eye(self.state_size, dtype=torch.long), []
+        for _ in range(config.n_states - 1):
+            power = (self.matrix @ power) % config.modulus
+            self.ranks.append(rank_mod(power, config.modulus))
+        if config.n_states > 2 and self.ranks[-2] == 0:
+            raise ValueError(f"task_seed: instance {self.instance_seed}'s map sends every "
+                             f"state to 0 within {config.n_states - 2} steps (rank of A^k: "
+                             f"{self.ranks}); the later states carry nothing to learn")
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        c = self.config
-        return linear_map_batch(self.matrix, c.n_states, batch_size, c.modulus, generator)
+    def rollout(self, x0: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return linear_map_rollout(self.matrix, x0, self.config.n_states, self.config.modulus)
 
     def parents(self) -> torch.Tensor:
         return self.matrix
 
+    def flags(self) -> list[str]:
+        S, C = self.state_size, self.config.modulus
+        out = []
+        if any(r < S for r in self.ranks):
+            out.append(f"A is singular over Z_{C} (rank of A^k, k=1..T-1: {self.ranks} of {S}): "
+                       "later states lie in a smaller set")
+        if len({tuple(r) for r in self.matrix.tolist()}) < S:
+            out.append("A repeats a row: some tokens copy another token of their state")
+        return out
+
     def hidden(self) -> dict[str, Any]:
-        return {"matrix": self.matrix.tolist()}
+        return {"matrix": self.matrix.tolist(), "ranks": self.ranks}

@@ -3,12 +3,12 @@ import yaml
 
 TINY = {
     "name": "tiny",
-    "task": {"name": "linear_map", "state_size": 4, "sparsity": 1, "n_states": 3},
+    "task": {"name": "linear_map", "state_size": 8, "sparsity": 1, "n_states": 2},
     "archs": [{"name": "transformer", "d_model": 32, "n_layers": 1},
               {"name": "mlp_mixer", "d_model": 32, "n_layers": 1}],
     "seeds": 2,
-    "train": {"max_steps": 200, "eval_every": 20, "eval_size": 128, "batch_size": 32,
-              "lr": 0.003},
+    "train": {"max_steps": 300, "eval_every": 20, "eval_size": 128, "batch_size": 32,
+              "lr": 0.01, "warmup_steps": 20},
 }
 
 

@@ -9,8 +9,8 @@ from architectures import ARCHITECTURES
 
 BAD_RUNS = [
     (["task.sparsty=2"], "task.sparsty: unknown key; allowed:"),
-    (["task.sparsity=0"], "task.sparsity: must be in 1..state_size (6), got 0"),
-    (["task.state_size=4", "task.sparsity=5"], "task.sparsity: must be in 1..state_size (4)"),
+    (["task.sparsity=0"], "task.sparsity: must be in 1..state_size-1 (5), got 0"),
+    (["task.state_size=4", "task.sparsity=5"], "task.sparsity: must be in 1..state_size-1 (3)"),
     (["task.n_states=1"], "task.n_states: must be >= 2"),
     (["task.name=cellular_automaton", "task.n_colors=1"], "task.n_colors: must be >= 2"),
     (["task.name=cellular_automaton", "task.n_cells=4", "task.radius=2"],
@@ -30,6 +30,20 @@ BAD_RUNS = [
     (["trainer.acclerator=cpu"], "trainer.acclerator: not an argument of lightning.Trainer"),
     (["lr=0.1"], "lr: unknown key; allowed: task, arch, train, emergence, trainer, seed"),
     (["sparsity"], "sparsity: expected key=value"),
+    (["task.held_out=1.5"], "task.held_out: must be in (0, 1), got 1.5"),
+    (["task.held_out=.nan"], "task.held_out: must be in (0, 1), got nan"),
+    (["task.held_out=0"], "task.held_out: must be in (0, 1), got 0"),
+    (["task.task_seed=some"], "task.task_seed: must be an integer in [0, 2^63) or per_seed"),
+    (["task.name=cellular_automaton", "task.n_colors=2", "task.n_rules=4",
+      "emergence.threshold=0.99"],
+     "emergence.threshold: 0.99 for val/token_acc is beyond this task's Bayes ceiling"),
+    (["emergence.threshold=0.3"],
+     "emergence.threshold: 0.3 for val/token_acc is met without reading the context; allowed: "
+     "between the no-context baseline"),
+    (["emergence.metric=val/loss", "emergence.threshold=5"],
+     "emergence.threshold: 5 for val/loss is met without reading the context"),
+    (["trainer.num_sanity_val_steps=2"],
+     "trainer.num_sanity_val_steps: set by the runner; use the step-0 evaluation"),
 ]
 
 
@@ -46,7 +60,8 @@ def test_bad_run_config(overrides, message, cli, tmp_path):
 def test_bad_task_inspection(cli):
     code, captured = cli("task", "linear_map", "sparsity=9")
     assert code == 2 and captured.err.strip() == (
-        "error: task.sparsity: must be in 1..state_size (6), got 9")
+        "error: task.sparsity: must be in 1..state_size-1 (5), got 9 (s = S makes every token "
+        "the sum of the previous state)")
 
 
 GOOD = ("name: x\ntask: {name: linear_map, state_size: 6, sparsity: 2}\n"
@@ -69,9 +84,9 @@ BAD_SWEEPS = [
     (GOOD.replace(TASK, "task: 3"), [], "task: must be a mapping or a non-empty list of mappings"),
     (GOOD.replace("sparsity: 2}", "sparsty: 2}"), [], "task.sparsty: unknown key; allowed:"),
     (GOOD.replace("sparsity: 2}", "sparsity: 9}"), [],
-     "task.sparsity: must be in 1..state_size (6), got 9"),
+     "task.sparsity: must be in 1..state_size-1 (5), got 9"),
     (GOOD.replace("state_size: 6, sparsity: 2", "state_size: [8, 4], sparsity: 6"), [],
-     "task.sparsity: must be in 1..state_size (4), got 6"),
+     "task.sparsity: must be in 1..state_size-1 (3), got 6"),
     (GOOD.replace("sparsity: 2}", "sparsity: []}"), [], "task.sparsity: an empty grid"),
     (GOOD.replace("d_model: 16", "d_model: []"), [], "archs[0].d_model: an empty grid"),
     (GOOD.replace("max_steps: 20", "max_steps: many"), [],
@@ -79,10 +94,21 @@ BAD_SWEEPS = [
     (GOOD.replace("max_steps: 20", "max_steps: [10, 20]"), [],
      "train.max_steps: only train.lr may be a list"),
     (GOOD.replace("max_steps: 20", "lr: [], max_steps: 20"), [], "train.lr: an empty grid"),
-    (GOOD.replace("seeds: 1", "seeds: 0"), [], "seeds: must be >= 1, got 0"),
+    (GOOD.replace("seeds: 1", "seeds: 0"), [], "seeds: must be in 1..10000, got 0"),
     (GOOD.replace("seeds: 1", "seeds: []"), [], "seeds: an empty list"),
     (GOOD.replace("seeds: 1", "seeds: [3, 3]"), [], "seeds: listed twice in [3, 3]"),
-    (GOOD.replace("seeds: 1", "seeds: [-1]"), [], "seeds: every seed must be an integer >= 0"),
+    (GOOD.replace("seeds: 1", "seeds: [-1]"), [],
+     "seeds: every seed must be an integer in [0, 2^63)"),
+    (GOOD.replace("seeds: 1", "seeds: 1000000000"), [], "seeds: must be in 1..10000"),
+    (GOOD.replace("sparsity: 2}", "sparsity: 2, held_out: 1.0}"), [],
+     "task.held_out: must be in (0, 1), got 1.0"),
+    (GOOD + "emergence: {threshold: 0.4}\n", [],
+     "emergence.threshold: 0.4 for val/token_acc is met without reading the context"),
+    (GOOD.replace(TASK, "task: {name: cellular_automaton, n_colors: 2, n_rules: [1, 4]}"), [],
+     "emergence.threshold: 0.99 for val/token_acc is beyond this task's Bayes ceiling"),
+    (GOOD + "tune: {lr: [0.001, 0.01], seeds: [0, 1]}\n", [],
+     "tune.seeds: must be disjoint from seeds"),
+    (GOOD + "tests: [{trend: n_heads}]\n", [], "tests: 'n_heads' is not task.FIELD"),
     (GOOD.replace("seeds: 1", "seeds: three"), [], "seeds: must be a count or a list of seeds"),
     (GOOD + "emergence: {metric: acc}\n", [], "emergence.metric: Invalid value 'acc'"),
     (GOOD + "trainer: {max_steps: 3}\n", [],

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-RUN = ["task.state_size=4", "task.sparsity=1", "task.n_states=3", "arch.d_model=32",
+RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",
        "arch.n_layers=1", "train.max_steps=300", "train.eval_every=20", "train.eval_size=128",
-       "train.batch_size=32", "train.lr=0.003"]
+       "train.batch_size=32", "train.lr=0.01", "train.warmup_steps=20"]
 
 
 def test_ddp_on_two_cpu_devices_matches_one_device(cli, tmp_path):

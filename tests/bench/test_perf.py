@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from bench.config import load_run_config
-from bench.emergence import EmergenceCallback
 from bench.module import EmergenceModule
 from bench.perf import BareLoop
-from bench.run import build_trainer, chance_and_solved
+from bench.run import build_trainer, emergence_callback
 from datamodules import build_task
 
 SMALL = {"task": {"name": "linear_map", "state_size": 4, "sparsity": 1, "n_states": 3},
@@ -25,7 +24,8 @@ SMALL = {"task": {"name": "linear_map", "state_size": 4, "sparsity": 1, "n_state
 
 
 def _module(cfg):
-    task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=32, seed=cfg.seed)
+    task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=32, probe_size=16,
+                      seed=cfg.seed)
     torch.manual_seed(0)
     return EmergenceModule(cfg.arch, cfg.train, task), task
 
@@ -35,7 +35,7 @@ def test_the_bare_loop_trains_exactly_what_the_lightning_path_trains():
     lit, task = _module(cfg)
     bare, _ = _module(cfg)
     assert all(torch.equal(a, b) for a, b in zip(lit.parameters(), bare.parameters()))
-    callback = EmergenceCallback(cfg.emergence, *chance_and_solved("val/token_acc", 3))
+    callback = emergence_callback(cfg, task)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(cfg, Path(tmp), [callback], progress=False)
         trainer.fit(lit, datamodule=task)

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from bench.config import ConfigError
-from bench.plots import axis_value, covarying, plateau, representative
+from bench.plots import representative
+from bench.rows import axis_value, covarying
 
 
 def _row(heads: int, task_seed: int = 0) -> dict:
@@ -45,9 +46,3 @@ def test_the_representative_seed_is_the_median_emerger_or_the_closest():
     assert representative(runs)["config"]["seed"] == 2
     never = [_run(0, "censored", None, 0.7), _run(1, "censored", None, 0.95)]
     assert representative(never)["config"]["seed"] == 1
-
-
-def test_the_plateau_ends_at_the_last_evaluation_with_the_loss_near_chance():
-    # ln 2 = 0.693: 0.66 is within 10% of chance, 0.60 is not
-    assert plateau(_run(0, "emerged", 250)) == (100, 250)
-    assert plateau(_run(0, "censored", None)) is None

@@ -12,7 +12,8 @@ from bench.results import ResultsDB
 from bench.sweep import load_spec, run_sweep
 from tests.bench.conftest import TINY
 
-ONE_ROW = {**TINY, "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}], "seeds": 4,
+# 5 seeds: at 4 a fully separated pair cannot reach p < 0.05 after Holm over two tests
+ONE_ROW = {**TINY, "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}], "seeds": 5,
            "train": {**TINY["train"], "max_steps": 400}}
 
 
@@ -22,7 +23,7 @@ def board(tmp_path_factory):
     spec = tmp_path_factory.mktemp("board") / "tinyboard.yaml"
     spec.write_text(yaml.safe_dump({**ONE_ROW, "name": "tinyboard"}, sort_keys=False))
     counts = run_sweep(load_spec(spec), spec.with_suffix(""), progress=False)
-    assert counts["emerged"] == 4  # every seed: so a doctored "never" is a real difference
+    assert counts["emerged"] == 5  # every seed: so a doctored "never" is a real difference
     return spec
 
 
@@ -40,8 +41,14 @@ def test_a_rerun_agrees_with_its_committed_results(committed, cli, tmp_path):
     assert code == 0, captured.out + captured.err
     report = json.loads((out / "reproduce.json").read_text())
     (row,) = report["rows"]
-    assert row["verdict"] == "agrees" and row["committed_solved"] == row["new_solved"] == "4/4"
+    assert row["verdict"] == "agrees" and row["committed_solved"] == row["new_solved"] == "5/5"
     assert row["p_logrank"] == 1.0 and row["p_solve_rate"] == 1.0  # the same seeds, bit for bit
+    assert row["method"] == "exact permutation"
+    # what an "agrees" could have missed: a stated slowdown and a seed count
+    assert row["detectable_slowdown"] >= 1.25 and row["seeds_for_1.5x"] in (4, 8, 12, 16, 24,
+                                                                              32, 48, None)
+    markdown = (out / "reproduce.md").read_text()
+    assert "detects (80% power)" in markdown and "slowdown" in markdown
     assert "agrees" in captured.out and (out / "leaderboard.md").exists()
 
 
@@ -58,8 +65,9 @@ def test_doctored_committed_results_differ(committed, cli, tmp_path):
     code, captured = cli("reproduce", str(committed), "--out", str(fresh), "--no-progress")
     assert code == 1
     (row,) = json.loads((fresh / "reproduce.json").read_text())["rows"]
-    assert row["verdict"] == "differs" and row["committed_solved"] == "0/4"
-    assert row["p_logrank"] < 0.01 and row["p_solve_rate"] < 0.05
+    assert row["verdict"] == "differs" and row["committed_solved"] == "0/5"
+    assert row["p_logrank"] == pytest.approx(2 / 252)  # exact: 2 of C(10, 5) relabellings
+    assert row["p_solve_rate"] < 0.05 and row["p_adjusted"] < 0.05
 
 
 def test_a_subset_of_seeds_and_rows(committed, cli, tmp_path):
@@ -68,7 +76,7 @@ def test_a_subset_of_seeds_and_rows(committed, cli, tmp_path):
                          "--no-progress")
     assert code == 0, captured.err
     (row,) = json.loads((out / "reproduce.json").read_text())["rows"]
-    assert row["new_solved"] == "2/2" and row["committed_solved"] == "4/4"
+    assert row["new_solved"] == "2/2" and row["committed_solved"] == "5/5"
     with sqlite3.connect(out / ResultsDB.FILENAME) as conn:
         assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 2
     code, captured = cli("reproduce", str(committed), "--out", str(out), "--row", "ffff")

@@ -9,7 +9,7 @@ import torch
 from bench.config import load_run_config
 from bench.run import train
 
-TINY = ["task.state_size=4", "task.sparsity=2", "task.n_states=3", "arch.d_model=32",
+TINY = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",
         "train.eval_every=25", "train.eval_size=256", "train.warmup_steps=20"]
 
 
@@ -24,9 +24,15 @@ def test_tiny_run_emerges_and_writes_its_result(tmp_path, cli):
     assert result["status"] == "emerged"
     assert 0 < result["steps_to_emergence"] < 800
     assert result["steps"] < 800  # stopped early once confirmed
-    assert result["tokens_to_emergence"] == result["steps_to_emergence"] * 64 * 12
+    assert result["tokens_to_emergence"] == result["steps_to_emergence"] * 64 * 16
     assert result["final_metrics"]["val/token_acc"] >= 0.99
-    assert result["transition_width"] is not None
+    assert result["rise_step"] is not None and result["curves"]["step"][0] == 0
+    assert (result["transition_width"] is None) == bool(result["width_note"])
+    split = result["split"]
+    assert split["states"] == 256 and split["held_out_states"] + split["training_states"] == 256
+    assert split["evaluated_sequences"] == split["held_out_states"]
+    assert result["references"]["no_context"]["token_acc"] < 0.7
+    assert result["accuracy"]["heldout_token_acc"] >= 0.99
     assert result["config"]["arch"]["name"] == "mlp_mixer" and result["config"]["seed"] == 0
     assert result["n_params"] > 0 and result["steps_per_s"] > 0
     assert {"torch", "lightning", "torchmetrics"} <= set(result["versions"])
@@ -51,7 +57,7 @@ def test_recurrent_mixers_train_on_the_reference_path(arch, tmp_path):
     assert result["kernel_path"] == "reference"  # no CUDA here
     assert math.isfinite(result["final_metrics"]["val/loss"])
     assert len(result["mixer_params_per_layer"]) == 2
-    assert result["state_per_layer"] == cfg.arch.state_size(11)
+    assert result["state_per_layer"] == cfg.arch.state_size(15)
 
 
 def test_transformer_logs_attention_mass_on_the_parents(tmp_path):
@@ -77,18 +83,20 @@ def test_the_result_keeps_every_metric_curve_and_the_learned_pattern(tmp_path):
     cfg = load_run_config([*TINY, "train.max_steps=100"])
     result = train(cfg, tmp_path / "r", progress=False)
     curves = result["curves"]
-    assert curves["step"] == [25, 50, 75, 100]
-    for key in ("val/loss", "val/token_acc", "val/exact_acc", "val/parent_mass", "train/loss"):
-        assert len(curves[key]) == 4 and all(math.isfinite(v) for v in curves[key])
+    assert curves["step"] == [0, 25, 50, 75, 100]  # an evaluation before the first step too
+    for key in ("val/loss", "val/token_acc", "val/exact_acc", "val/parent_mass",
+                "train/token_acc", "train/exact_acc"):
+        assert len(curves[key]) == 5 and all(math.isfinite(v) for v in curves[key])
+    assert math.isnan(curves["train/loss"][0]) and all(map(math.isfinite, curves["train/loss"][1:]))
     assert curves["val/token_acc"][-1] == result["final_metrics"]["val/token_acc"]
     assert [s for s, _ in result["curve"]] == curves["step"]
     patterns = result["learned_patterns"]
     assert [p["layer"] for p in patterns] == [0, 1]  # one entry per attention layer
     for p in patterns:
         rows = torch.tensor(p["map"])
-        assert rows.shape == (11, 11) and 0 <= p["head"] < cfg.arch.n_heads
-        assert torch.allclose(rows.sum(-1), torch.ones(11), atol=0.01)  # a softmax per row
-        assert torch.equal(rows.triu(1), torch.zeros(11, 11))  # causal
+        assert rows.shape == (15, 15) and 0 <= p["head"] < cfg.arch.n_heads
+        assert torch.allclose(rows.sum(-1), torch.ones(15), atol=0.01)  # a softmax per row
+        assert torch.equal(rows.triu(1), torch.zeros(15, 15))  # causal
 
 
 def test_mixers_without_attention_have_no_learned_pattern(tmp_path):

@@ -4,7 +4,8 @@ import csv
 import math
 import sqlite3
 
-from bench.leaderboard import best_lr, summarise, with_chance_rows
+from bench.config import load_run_config
+from bench.leaderboard import best_lr, summarise, with_null_rows
 from bench.sweep import SweepLock, expand, load_spec
 
 
@@ -67,7 +68,8 @@ def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
         assert (out / name).stat().st_size > 0
     table = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert len(table) == 2 and all(r["lr_grid"] == "0.003 0.01" for r in table)
-    assert all(0.5 <= float(r["final_token_acc"]) <= 1 for r in table)
+    assert all(0.5 <= float(r["heldout_acc"]) <= 1 and 0 <= float(r["train_acc"]) <= 1
+               for r in table)
     markdown = (out / "leaderboard.md").read_text()
     assert "Every rate:" in markdown and "**Claim.** Tiny models learn tiny maps." in markdown
     chance = [line for line in markdown.splitlines() if "| *chance* |" in line]
@@ -122,25 +124,36 @@ def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(
         assert code == 2 and "no results database (results.sqlite) here" in captured.err
 
 
-def test_null_rows_chance_always_and_the_bayes_ceiling_where_perfect_is_out_of_reach():
-    def row(task: dict) -> dict:
-        return {"task": task["name"], "job_config": {"task": task, "train": {"eval_size": 256}}}
+def test_null_rows_come_from_the_runs_recorded_references():
+    """Chance and the no-context predictor always; the Bayes ceiling where perfect is out of
+    reach; each the median over the row's task instances."""
+    from bench.run import build_run_task
 
-    automaton = row({"name": "cellular_automaton", "n_cells": 8, "n_colors": 2, "radius": 1,
-                     "rule_applications": 1, "n_rules": 4, "n_states": 4, "task_seed": 0,
-                     "random_targets": False})
-    linear = row({"name": "linear_map", "state_size": 4, "sparsity": 1, "modulus": 3,
-                  "n_states": 3, "task_seed": 0, "random_targets": False})
-    rows = with_chance_rows([automaton, linear])
-    assert [r["architecture"] for r in rows[1:3]] == ["Bayes-optimal", "chance"]
-    assert 0.9 < rows[1]["final_token_acc"] < 0.99 and rows[2]["final_token_acc"] == 0.5
-    assert [r["architecture"] for r in rows[4:]] == ["chance"]  # deterministic: no ceiling
-    assert rows[4]["final_token_acc"] == 1 / 3
+    def row(task: dict, seeds: list[int]) -> dict:
+        runs = []
+        for seed in seeds:
+            cfg = load_run_config({"task": task, "seed": seed,
+                                   "emergence": {"threshold": 0.9}})
+            runs.append({"references": build_run_task(cfg).references()})
+        return {"task": task["name"], "architecture": "x", "job_config": {"task": task},
+                "runs": runs}
+
+    automaton = row({"name": "cellular_automaton", "n_cells": 8, "n_colors": 2, "n_rules": 4,
+                     "n_states": 4}, [0, 1, 2])
+    linear = row({"name": "linear_map", "state_size": 8, "sparsity": 1, "modulus": 3,
+                  "n_states": 2}, [0])
+    rows = with_null_rows([automaton, linear])
+    names = [r["architecture"] for r in rows]
+    assert names[1:4] == ["chance", "no context", "Bayes-optimal"]
+    assert rows[1]["heldout_acc"] == 0.5 and 0.5 <= rows[2]["heldout_acc"] < 0.8
+    assert 0.85 < rows[3]["heldout_acc"] < 1
+    assert names[5:] == ["chance", "no context"]  # deterministic: no ceiling row
+    assert rows[5]["heldout_acc"] == 1 / 3
 
 
 def test_rows_and_job_ids_ignore_speed_only_knobs_so_older_results_still_match():
     from bench.config import load_run_config
-    from bench.leaderboard import group_key
+    from bench.rows import group_key
 
     cfg = load_run_config(["train.compile=true"])
     plain = load_run_config([])

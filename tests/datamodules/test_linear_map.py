@@ -1,8 +1,15 @@
 import math
 
+import pytest
 import torch
 
-from datamodules.linear_map import LinearMap, LinearMapConfig, draw_matrix, linear_map_batch
+from datamodules.linear_map import (
+    LinearMap,
+    LinearMapConfig,
+    draw_matrix,
+    linear_map_batch,
+    rank_mod,
+)
 
 CPU = torch.device("cpu")
 
@@ -73,11 +80,15 @@ def test_ranks_split_one_global_batch():
 
 
 def test_long_sequences_are_evaluated_in_chunks_that_cover_the_set_once():
-    task = LinearMap(LinearMapConfig(state_size=16, sparsity=2, n_states=64), eval_size=100)
+    task = LinearMap(LinearMapConfig(state_size=16, sparsity=2, n_states=64, held_out=0.01),
+                     eval_size=100)
     assert task.n_tokens == 1024 and task.eval_rows == 32
     chunks = [task.eval_batch(CPU, chunk=c) for c in task.val_dataloader()]
-    assert [len(c.inputs) for c in chunks] == [32, 32, 32, 4]
-    assert torch.equal(torch.cat([c.inputs for c in chunks]), task.eval_batch(CPU).inputs)
+    sizes = [len(c.inputs) for c in chunks]
+    assert max(sizes) == 32 and sum(sizes) == len(task.eval_set(CPU).tokens)
+    whole = task.eval_batch(CPU)
+    for field in ("inputs", "counted", "probe"):
+        assert torch.equal(torch.cat([getattr(c, field) for c in chunks]), getattr(whole, field))
     quick = LinearMap(LinearMapConfig(state_size=6, sparsity=2), eval_size=512)
     assert len(quick.val_dataloader()) == 1  # small tasks: the whole set in one pass
 
@@ -112,13 +123,47 @@ def test_attention_target_matches_the_rule():
             assert (new_token != int(tokens[p + 1])) == bool(target[p, q])
 
 
-def test_full_sparsity_is_the_parity_shortcut():
-    """s = S: every token of every later state is the parity of x_0 (a trap to avoid)."""
-    task = LinearMap(LinearMapConfig(state_size=5, sparsity=5, n_states=3))
-    tokens = task.sample(64, torch.Generator().manual_seed(0)).view(64, 3, 5)
+def test_full_sparsity_is_the_parity_shortcut_and_is_refused():
+    """s = S: every token of every later state is the parity of x_0 (a shortcut)."""
+    tokens = linear_map_batch(torch.ones(5, 5, dtype=torch.long), 3, 64, 2,
+                              torch.Generator().manual_seed(0)).view(64, 3, 5)
     parity = tokens[:, 0].sum(1) % 2
     assert (tokens[:, 1] == parity[:, None]).all()
-    assert (tokens[:, 2] == (5 * parity[:, None]) % 2).all()
+    with pytest.raises(ValueError, match="sparsity: must be in 1..state_size-1"):
+        LinearMapConfig(state_size=5, sparsity=5)
+
+
+def test_rows_are_distinct_unless_repeats_are_allowed():
+    for seed in range(50):  # S = 6, s = 2: 15 possible rows, so repeats are common when allowed
+        a = draw_matrix(6, 2, seed)
+        assert len({tuple(r) for r in a.tolist()}) == 6 and (a.sum(1) == 2).all()
+    repeats = [draw_matrix(6, 2, seed, distinct=False) for seed in range(50)]
+    assert any(len({tuple(r) for r in a.tolist()}) < 6 for a in repeats)
+
+
+def test_a_planted_duplicate_row_is_flagged():
+    task = LinearMap(LinearMapConfig(state_size=6, sparsity=2, n_states=2))
+    assert not any("repeats a row" in f for f in task.flags())
+    task.matrix[3] = task.matrix[2]
+    assert any("repeats a row" in f for f in task.flags())
+
+
+def test_singular_maps_are_flagged_with_their_ranks():
+    """Every even-s map over Z_2 is singular (A 1 = 0); a permutation (s = 1) never is."""
+    even = LinearMap(LinearMapConfig(state_size=8, sparsity=2, n_states=3))
+    assert even.ranks[0] < 8 and any("singular" in f for f in even.flags())
+    assert rank_mod(torch.eye(4, dtype=torch.long), 2) == 4
+    assert rank_mod(torch.tensor([[1, 1], [1, 1]]), 2) == 1
+    assert rank_mod(torch.tensor([[2, 0], [0, 1]]), 4) == 1  # 2 is not a unit mod 4
+    perm = LinearMap(LinearMapConfig(state_size=8, sparsity=1, n_states=4))
+    assert perm.ranks == [8, 8, 8] and perm.flags() == []
+
+
+def test_a_map_that_sends_later_sources_to_zero_is_refused(monkeypatch):
+    nilpotent = torch.tensor([[0, 1, 0], [0, 0, 1], [0, 0, 0]])
+    monkeypatch.setattr("datamodules.linear_map.draw_matrix", lambda *a: nilpotent)
+    with pytest.raises(ValueError, match="sends every state to 0"):
+        LinearMap(LinearMapConfig(state_size=3, sparsity=1, n_states=5))
 
 
 def test_default_sits_where_few_supports_compete():
