@@ -15,7 +15,7 @@ $(BIN)/bench: pyproject.toml
 
 # trains into runs/quickstart (the committed results under leaderboards/quickstart stay as they are)
 quickstart: $(BIN)/bench
-	$(BIN)/bench sweep leaderboards/quickstart.yaml --out runs/quickstart
+	$(BIN)/bench sweep leaderboards/quickstart.yaml --out runs/quickstart --executor processes --workers 2
 
 lint: $(BIN)/bench
 	$(BIN)/ruff check .

@@ -200,9 +200,13 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
 
 
 def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
-                spec: dict[str, Any], tests: list[str], figures: tuple[str, ...]) -> str:
+                spec: dict[str, Any], tests: list[str], figures: tuple[str, ...],
+                tuning: list[dict[str, Any]] = ()) -> str:
     grid = len(every_lr) > len(rows)
     tuned = bool(tune_seeds(spec))
+    if tuned:
+        grid_text = " ".join(f"{lr:g}" for lr in sorted(spec["tune"]["lr"]))
+        rows = [{**r, "lr_grid": grid_text} for r in rows]
     lines = [f"# {title}", ""]
     if spec.get("claim"):
         lines += [f"**Claim.** {spec['claim']}", ""]
@@ -210,7 +214,8 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     if tuned:
         lines += ["", f"Learning rates were chosen per row on the tuning seeds "
                   f"{sorted(tune_seeds(spec))}, disjoint from the seeds above (lowest median "
-                  "steps-to-emergence, then higher solve rate, then smaller lr)."]
+                  "steps-to-emergence, then higher solve rate, then smaller lr). The tuning "
+                  "runs:", "", *_table(tuning, True)]
     elif grid:
         lines += ["", "Each architecture is shown at its best learning rate (lowest median "
                   "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "
@@ -259,7 +264,13 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
     for name, draw in (("dynamics", plots.dynamics), ("attention", plots.attention_maps)):
         if draw(out / f"{name}.png", rows):
             figures.append(name)
-    (out / "leaderboard.md").write_text(
-        to_markdown(title, rows, [r for r, _ in every_lr], spec, tests, tuple(figures)))
+    tuning_rows = [r for r, _ in summarise([r for r in results
+                                            if r["config"]["seed"] in tuning])]
+    (out / "leaderboard.md").write_text(to_markdown(
+        title, rows, [r for r, _ in every_lr], spec, tests, tuple(figures), tuning_rows))
+    if tuning:
+        grid_text = " ".join(f"{lr:g}" for lr in sorted(spec["tune"]["lr"]))
+        for row in rows:
+            row["lr_grid"] = grid_text
     write_csv(out / "leaderboard.csv", rows)
     return rows

@@ -87,7 +87,12 @@ def series(config: dict[str, Any], axes: list[str]) -> str:
     for axis in axes:
         section, _, name = axis.partition(".")
         trimmed.get(section, {}).pop(name, None)
-    return " / ".join(dict.fromkeys(row_labels(trimmed)))
+    task, arch = trimmed["task"], trimmed["arch"]
+    labels = [label(task, TASKS[task["name"]][0], TASK_FIELDS) if "name" in task else
+              label({**task, "name": "task"}, None),
+              label(arch, _arch_schema(arch["name"])) if "name" in arch else
+              label({**arch, "name": "arch"}, None)]
+    return " / ".join(dict.fromkeys(labels))
 
 
 def covarying(rows: list[dict[str, Any]], axes: list[str]) -> list[str]:

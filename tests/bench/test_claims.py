@@ -89,3 +89,15 @@ def test_a_tuned_sweep_reports_only_its_seeds_at_each_rows_chosen_rate(spec_file
     assert row["seeds"] == "2" and float(row["lr"]) == reported[0][1]
     markdown = (out / "leaderboard.md").read_text()
     assert "tuning seeds [1000, 1001], disjoint from the seeds above" in markdown
+
+
+def test_comparing_architectures_by_name_keeps_their_own_rates_in_the_comparison():
+    results = [{**_result(4, s, st), "config": {**_result(4, s, st)["config"],
+                                                "arch": {"name": name}, "train": {"lr": lr}}}
+               for name, lr, steps in (("transformer", 0.01, [400, 450, 500, 520]),
+                                       ("mlp_mixer", 0.003, [100, 100, 150, 150]))
+               for s, st in enumerate(steps)]
+    rows = [row for row, _ in summarise(results)]
+    [c] = run_tests([{"compare": "arch.name", "against": "transformer"}], rows)
+    assert c.between == "mlp_mixer vs transformer" and c.direction == "mlp_mixer sooner"
+    assert c.p == pytest.approx(2 / 70)
