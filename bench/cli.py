@@ -186,7 +186,8 @@ def task(
     name: Annotated[str, typer.Argument(help="task name (linear_map, cellular_automaton)")],
     overrides: Overrides = None,
     samples: Annotated[int, typer.Option(min=1, help="sequences to draw")] = 2,
-    seed: Annotated[int, typer.Option(help="seed of the drawn sequences")] = 0,
+    seed: Annotated[int, typer.Option(help="run seed: draws the sequences and, with "
+                                            "task_seed=per_seed, the task instance")] = 0,
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
     """Show N sequences of a task and its hidden rule, e.g. `bench task linear_map sparsity=3`."""
@@ -196,16 +197,31 @@ def task(
     from datamodules.base import make_generator
 
     config = load_task_config([f"name={name}", *(overrides or [])])
-    t = build_task(config)
+    try:
+        t = build_task(config, seed=seed)
+        split, references = t.split_sizes(), t.references()
+    except ValueError as e:
+        raise ConfigError(f"task.{e}") from None
     tokens, hidden = t.inspect(samples, make_generator(seed, 2, 0, torch.device("cpu")))
     if json_:
         print(json.dumps({
-            "task": name, "config": vars(config), "tokens": tokens.tolist(),
-            "loss_mask": t.loss_mask().long().tolist(),
+            "task": name, "config": vars(config), "instance_seed": t.instance_seed,
+            "split": split, "references": references, "flags": t.flags(),
+            "tokens": tokens.tolist(), "loss_mask": t.loss_mask().long().tolist(),
             "attention_target": t.attention_target().tolist(), **hidden,
         }))
         return
-    print(f"{name}: {t.config.n_states} states of {t.state_size} tokens, vocab {t.vocab_size}")
+    print(f"{name}: {t.config.n_states} states of {t.state_size} tokens, vocab {t.vocab_size}; "
+          f"instance {t.instance_seed}")
+    print(f"split: {split['held_out_states']:,} of {split['states']:,} states held out "
+          f"(never a training source); {split['evaluated_transitions']:,} held-out transitions "
+          f"evaluated")
+    print("held-out token accuracy of: chance {chance:.3f}, no context {no:.3f}, Bayes-optimal "
+          "{top:.3f}".format(chance=references["chance"]["token_acc"],
+                             no=references["no_context"]["token_acc"],
+                             top=references["ceiling"]["token_acc"]))
+    for flag in t.flags():
+        print(f"flagged: {flag}")
     for i, seq in enumerate(tokens.view(samples, config.n_states, t.state_size).tolist()):
         rule = f" (rule {hidden['rule_index'][i]})" if "rule_index" in hidden else ""
         print(f"\nsample {i}{rule}")

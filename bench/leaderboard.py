@@ -221,6 +221,11 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
                   "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "
                   "rates in brackets on these same seeds. Every rate:", "",
                   *_table(every_lr, True)]
+    for grew in spec.get("seed_history") or []:
+        lines += ["", f"**Seeds grew after a first look**: from {grew['from']} to {grew['to']} "
+                  f"per row ({grew['at']}, when {grew['finished_before']} runs had finished). "
+                  "The tests below are computed on the grown sample, which was not fixed before "
+                  "the results were seen; read their p-values as exploratory."]
     flags = sorted({f for r in rows for run in r["runs"] for f in run.get("task_flags") or []})
     if flags:
         lines += ["", "Flagged instances (degenerate but kept):",

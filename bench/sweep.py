@@ -364,7 +364,9 @@ def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: d
     """List `jobs` as the sweep's jobs and run the unfinished ones; return counts per status."""
     db = ResultsDB(out / ResultsDB.FILENAME, create=True)
     try:
-        db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs)})
+        history = seed_history(db, meta["spec"])
+        db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs),
+                       "seed_history": history})
         db.requeue_interrupted()
         todo = [json.loads(r["config"]) for r in db.rows("in_spec = 1 AND status = 'pending'")]
         counts = db.counts()
@@ -388,10 +390,27 @@ def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: d
 
 
 
+def seed_history(db: ResultsDB, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record of a spec's seeds growing after runs had finished (a look at the results before
+    the sample was fixed): earlier entries, plus one when this sweep grows the seeds."""
+    history = db.meta("seed_history", [])
+    before = (db.meta("spec") or {}).get("seeds")
+    finished = sum(db.counts()[s] for s in FINISHED)
+    if before is None or not finished:
+        return history
+    old, new = set(seed_list(before, "seeds")), set(seed_list(spec["seeds"], "seeds"))
+    if new > old:
+        history = [*history, {"at": time.strftime("%Y-%m-%d"), "from": len(old),
+                              "to": len(new), "finished_before": finished}]
+    return history
+
+
 def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The sweep's spec (as last run) and the result of every finished job of that spec."""
     db = ResultsDB(out / ResultsDB.FILENAME)
     try:
-        return db.meta("spec", {}) | {"name": db.meta("name", out.name)}, db.results()
+        spec = db.meta("spec", {}) | {"name": db.meta("name", out.name),
+                                      "seed_history": db.meta("seed_history", [])}
+        return spec, db.results()
     finally:
         db.close()

@@ -5,8 +5,9 @@ mixing pattern the model must discover. Difficulty tracks the number of candidat
 binom(S, s). Two shortcuts are kept out: with s = S every token of a later state is the sum of the
 whole previous state (refused), and a repeated row makes a token a copy of another token of the
 same state (rows are distinct unless `distinct_rows` is off). A map that is not invertible over
-Z_C confines later states to a smaller set (every even-s map over Z_2 is: A 1 = 0); such an
-instance is flagged with its ranks, and refused when it sends a later source state to zero.
+Z_C confines later states to a smaller set (every even-s map over Z_2 is: A 1 = 0); where such
+states are sources of later transitions (T > 2) the instance is flagged with its ranks, and
+refused when it sends a later source state to zero.
 """
 
 from __future__ import annotations
@@ -134,9 +135,10 @@ class LinearMap(StateSequenceTask):
     def flags(self) -> list[str]:
         S, C = self.state_size, self.config.modulus
         out = []
-        if any(r < S for r in self.ranks):
-            out.append(f"A is singular over Z_{C} (rank of A^k, k=1..T-1: {self.ranks} of {S}): "
-                       "later states lie in a smaller set")
+        sources = self.ranks[: self.config.n_states - 2]  # x_1 .. x_{T-2} are sources too
+        if any(r < S for r in sources):
+            out.append(f"A is singular over Z_{C} (rank of A^k for the later sources x_k: "
+                       f"{sources} of {S}): they lie in a smaller set, easier to memorise")
         if len({tuple(r) for r in self.matrix.tolist()}) < S:
             out.append("A repeats a row: some tokens copy another token of their state")
         return out

@@ -112,6 +112,9 @@ def test_a_grown_spec_reuses_finished_jobs_and_the_table_shows_the_current_spec(
         == first[0][1]
     [row] = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert row["seeds"] == "2"
+    # growing the seeds after results were seen is recorded and said in the table
+    assert "Seeds grew after a first look**: from 1 to 2 per row" in \
+        (out / "leaderboard.md").read_text()
     assert cli("sweep", str(one), "--out", str(out), "--no-progress")[0] == 0  # shrink back
     [row] = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert row["seeds"] == "1"  # the other seed stays in the database, out of the table

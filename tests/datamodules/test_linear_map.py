@@ -152,6 +152,8 @@ def test_singular_maps_are_flagged_with_their_ranks():
     """Every even-s map over Z_2 is singular (A 1 = 0); a permutation (s = 1) never is."""
     even = LinearMap(LinearMapConfig(state_size=8, sparsity=2, n_states=3))
     assert even.ranks[0] < 8 and any("singular" in f for f in even.flags())
+    one_step = LinearMap(LinearMapConfig(state_size=8, sparsity=2, n_states=2))
+    assert one_step.ranks[0] < 8 and one_step.flags() == []  # x_1 is never a source
     assert rank_mod(torch.eye(4, dtype=torch.long), 2) == 4
     assert rank_mod(torch.tensor([[1, 1], [1, 1]]), 2) == 1
     assert rank_mod(torch.tensor([[2, 0], [0, 1]]), 4) == 1  # 2 is not a unit mod 4
