@@ -33,7 +33,7 @@ from .config import ConfigError, load_run_config
 # the mixers of leaderboards/mixers.yaml (~100K parameters each)
 DEFAULT_ARCHS = ["transformer:n_heads=4,head_dim=16", "mlp_mixer:n_heads=8", "mamba:expand=1",
                  "gated_deltanet:n_heads=2,head_dim=32", "rwkv:head_dim=16,low_rank_dim=8"]
-QUICKSTART = {"name": "linear_map", "state_size": 6, "sparsity": 2, "n_states": 4}
+QUICKSTART = {"name": "linear_map", "state_size": 12, "sparsity": 1, "n_states": 2}  # L = 23
 
 
 @dataclass(frozen=True)
