@@ -196,6 +196,7 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
         else:
             right.text(0.5, 0.5, "no attention to read", ha="center", va="center",
                        transform=right.transAxes, color="grey")
+            right.set_xlim(left.get_xlim())
         end, emerged = run.get("plateau_end"), run["steps_to_emergence"]
         for ax in (left, right):
             if end is not None:
