@@ -42,13 +42,16 @@ def committed_dir(spec_path: Path) -> Path:
 def select_spec(spec: SweepSpec, seeds: int | None, seed_start: int) -> SweepSpec:
     if seed_start < 0:
         raise ConfigError(f"--seed-start: must be >= 0, got {seed_start}")
-    if seeds is None:
-        if seed_start:
-            return dataclasses.replace(spec, seeds=[s + seed_start for s in spec.seed_list()])
-        return spec
-    if seeds < 1:
+    if seeds is not None and seeds < 1:
         raise ConfigError(f"--seeds: must be >= 1, got {seeds}")
-    return dataclasses.replace(spec, seeds=list(range(seed_start, seed_start + seeds)))
+    if seeds is None and not seed_start:
+        return spec
+    chosen = ([s + seed_start for s in spec.seed_list()] if seeds is None
+              else list(range(seed_start, seed_start + seeds)))
+    try:
+        return dataclasses.replace(spec, seeds=chosen)
+    except ValueError as e:  # e.g. the new seeds overlap the tuning seeds
+        raise ConfigError(f"--seed-start/--seeds: {e}") from None
 
 
 def row_filter(spec: SweepSpec, rows: list[str]):

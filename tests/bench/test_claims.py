@@ -101,3 +101,13 @@ def test_comparing_architectures_by_name_keeps_their_own_rates_in_the_comparison
     [c] = run_tests([{"compare": "arch.name", "against": "transformer"}], rows)
     assert c.between == "mlp_mixer vs transformer" and c.direction == "mlp_mixer sooner"
     assert c.p == pytest.approx(2 / 70)
+
+
+def test_reproducing_on_seeds_that_overlap_the_tuning_seeds_is_refused(spec_file):
+    from bench.reproduce import select_spec
+
+    train = {"max_steps": 300, "eval_every": 20, "eval_size": 128, "batch_size": 32}
+    spec = load_spec(spec_file(train=train, tune={"lr": [0.003, 0.01], "seeds": 2}))
+    assert select_spec(spec, 4, 100).seed_list() == [100, 101, 102, 103]
+    with pytest.raises(ConfigError, match="--seed-start/--seeds: tune.seeds: must be disjoint"):
+        select_spec(spec, 4, 999)
