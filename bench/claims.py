@@ -98,9 +98,9 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
         for second in members[i + 1:]:
             if against is not None and against not in (first[0][0], second[0][0]):
                 continue
-            if against is not None and first[0][0] == against:  # the reference level second
-                first, second = second, first
             (va, ra), (vb, rb) = first, second
+            if against is not None and va[0] == against:  # the reference level second
+                (va, ra), (vb, rb) = second, first
             (ta, ea), (tb, eb) = _sample(ra), _sample(rb)
             res = logrank_test(ta, ea, tb, eb)
             lean = (f"{va[0]} sooner" if res.statistic > 0 else f"{vb[0]} sooner"

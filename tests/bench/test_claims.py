@@ -44,6 +44,8 @@ def test_pairwise_comparisons_are_holm_adjusted_within_one_claim():
     assert all(c.p_holm >= c.p for c in pairs)
     against = run_tests([{"compare": "arch.n_heads", "against": 4}], rows)
     assert [c.between for c in against] == ["2 vs 4", "8 vs 4"]
+    lowest = run_tests([{"compare": "arch.n_heads", "against": 2}], rows)
+    assert [c.between for c in lowest] == ["4 vs 2", "8 vs 2"]  # every level, not the first
 
 
 @pytest.mark.parametrize("tests,message", [
