@@ -23,9 +23,11 @@ from .base import StateSequenceTask, TaskConfig
 @dataclass
 class LinearMapConfig(TaskConfig):
     name: str = "linear_map"
-    state_size: int = 6
-    """tokens per state S (>= 2)"""
-    sparsity: int = 2
+    n_states: int = 2
+    """number of states T in a sequence (>= 2; the first is random and never scored)"""
+    state_size: int = 12
+    """tokens per state S (>= 2); 12 binary tokens are 4,096 states, too many to memorise"""
+    sparsity: int = 1
     """ones per row of A, s (1 <= s < state_size: s = S is the parity shortcut)"""
     modulus: int = 2
     """token alphabet size C (>= 2); arithmetic is mod C"""

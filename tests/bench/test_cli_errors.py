@@ -9,7 +9,7 @@ from architectures import ARCHITECTURES
 
 BAD_RUNS = [
     (["task.sparsty=2"], "task.sparsty: unknown key; allowed:"),
-    (["task.sparsity=0"], "task.sparsity: must be in 1..state_size-1 (5), got 0"),
+    (["task.sparsity=0"], "task.sparsity: must be in 1..state_size-1 (11), got 0"),
     (["task.state_size=4", "task.sparsity=5"], "task.sparsity: must be in 1..state_size-1 (3)"),
     (["task.n_states=1"], "task.n_states: must be >= 2"),
     (["task.name=cellular_automaton", "task.n_colors=1"], "task.n_colors: must be >= 2"),
@@ -58,9 +58,9 @@ def test_bad_run_config(overrides, message, cli, tmp_path):
 
 
 def test_bad_task_inspection(cli):
-    code, captured = cli("task", "linear_map", "sparsity=9")
+    code, captured = cli("task", "linear_map", "sparsity=12")
     assert code == 2 and captured.err.strip() == (
-        "error: task.sparsity: must be in 1..state_size-1 (5), got 9 (s = S makes every token "
+        "error: task.sparsity: must be in 1..state_size-1 (11), got 12 (s = S makes every token "
         "the sum of the previous state)")
 
 

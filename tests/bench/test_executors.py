@@ -161,7 +161,7 @@ def test_a_sweep_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_result
                                                                                  tmp_path):
     out, rng = tmp_path / "killed", random.Random(0)
     # kill 1: just after the first job is recorded (plus a random fraction of a second)
-    proc, deadline = _sweep(reference, out), time.time() + 120
+    proc, deadline = _sweep(reference, out), time.time() + 300
     while _finished(out) < 1 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     time.sleep(rng.uniform(0, 0.5))

@@ -174,7 +174,7 @@ def test_default_sits_where_few_supports_compete():
 
 
 def test_random_targets_break_the_rule():
-    task = LinearMap(LinearMapConfig(state_size=6, sparsity=2, random_targets=True))
+    task = LinearMap(LinearMapConfig(state_size=6, sparsity=2, n_states=4, random_targets=True))
     tokens = task.draw(256, torch.Generator().manual_seed(0))
     m = task.matrix.tolist()
     agree = sum(seq == recompute(m, seq[:6], 4, 2) for seq in tokens.tolist())
