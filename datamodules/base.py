@@ -30,6 +30,8 @@ import lightning as L
 import numpy as np
 import torch
 
+from .split import all_states, chunk_bounds, state_hash
+
 TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM = 0, 1, 3, 4
 EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's whole set is one)
 SMALL_HELD_OUT = 2048  # a held-out part this small is the evaluation set, each state once
@@ -101,30 +103,6 @@ def make_generator(seed: int, stream: int, index: int, device: torch.device) -> 
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, stream, index))
     return gen
-
-
-MASK31 = (1 << 31) - 1
-
-
-def state_hash(states: torch.Tensor, salt: int) -> torch.Tensor:
-    """(..., S) long tokens -> (...) float in [0, 1): a fixed hash of each whole state.
-
-    A 31-bit multiplicative hash with a murmur-style finaliser, in int64 arithmetic that never
-    overflows (every product stays below 2^62), so it is the same on any device."""
-    h = torch.full(states.shape[:-1], salt & MASK31, dtype=torch.long, device=states.device)
-    for i in range(states.shape[-1]):
-        h = ((h * 1000003) ^ states[..., i]) & MASK31
-    for _ in range(2):
-        h = ((h ^ (h >> 16)) * 0x45D9F3B) & MASK31
-    return (h ^ (h >> 16)).double() / (1 << 31)
-
-
-def _chunk_bounds(n: int, size: int, world: int) -> list[tuple[int, int]]:
-    """Slices of `n` rows of at most `size`, none with fewer rows than ranks (merged back)."""
-    bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
-    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < world:
-        bounds[-2:] = [(bounds[-2][0], n)]
-    return bounds
 
 
 class StateSequenceTask(L.LightningDataModule):
@@ -232,9 +210,7 @@ class StateSequenceTask(L.LightningDataModule):
         V, S, n = self.vocab_size, self.state_size, self.n_state_values
         gen = make_generator(self.instance_seed, EVAL_STREAM, 0, torch.device("cpu"))
         if n <= ENUMERABLE:
-            index = torch.arange(n)
-            digits = V ** torch.arange(S - 1, -1, -1)
-            states = (index[:, None] // digits) % V  # (V^S, S), every state once
+            states = all_states(V, S)
             held = states[self.is_held_out(states)]
             if len(held) == 0:
                 raise ValueError(f"held_out: none of the {n} states is held out at "
@@ -286,10 +262,7 @@ class StateSequenceTask(L.LightningDataModule):
         n = self.n_state_values
         es = self.eval_set(torch.device("cpu"))
         if n <= ENUMERABLE:
-            index = torch.arange(n)
-            states = (index[:, None] // self.vocab_size ** torch.arange(
-                self.state_size - 1, -1, -1)) % self.vocab_size
-            held = int(self.is_held_out(states).sum())
+            held = int(self.is_held_out(all_states(self.vocab_size, self.state_size)).sum())
         else:
             held = round(n * self.config.held_out)
         return {"states": n, "held_out_states": held, "training_states": n - held,
@@ -388,8 +361,8 @@ class StateSequenceTask(L.LightningDataModule):
 
     def eval_chunks(self, world: int = 1) -> list[tuple[int, int]]:
         """Row slices of the evaluation set, one forward pass of every rank each."""
-        return _chunk_bounds(len(self.eval_set(torch.device("cpu")).tokens),
-                             self.eval_rows * world, world)
+        return chunk_bounds(len(self.eval_set(torch.device("cpu")).tokens),
+                            self.eval_rows * world, world)
 
     def eval_batch(self, device: torch.device, rank: int = 0, world: int = 1,
                    chunk: int | None = None) -> Batch:

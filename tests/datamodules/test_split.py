@@ -152,3 +152,16 @@ def test_an_empty_held_out_part_is_a_clear_error():
     task = build_task(LinearMapConfig(state_size=2, sparsity=1, n_states=2, held_out=0.01))
     with pytest.raises(ValueError, match="held_out: none of the 4 states"):
         task.eval_tokens(CPU)
+
+
+def test_state_space_helpers():
+    from datamodules.split import all_states, chunk_bounds, state_hash
+
+    assert all_states(2, 2).tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    assert len({tuple(s) for s in all_states(3, 4).tolist()}) == 81
+    h = state_hash(all_states(2, 12), salt=7)
+    assert ((0 <= h) & (h < 1)).all() and abs(float((h < 0.2).float().mean()) - 0.2) < 0.03
+    assert torch.equal(h, state_hash(all_states(2, 12), salt=7))
+    assert not torch.equal(h, state_hash(all_states(2, 12), salt=8))
+    assert chunk_bounds(65, 32, 2) == [(0, 32), (32, 65)]  # a last chunk of 1 row is merged
+    assert chunk_bounds(70, 32, 2) == [(0, 32), (32, 64), (64, 70)]
