@@ -149,9 +149,13 @@ def _sweep(spec, out) -> subprocess.Popen:
 
 def _finished(out) -> int:
     try:
-        db = sqlite3.connect(out / "results.sqlite", timeout=1)
-        n = db.execute("SELECT count(*) FROM jobs WHERE status IN ('emerged', 'censored')")
-        return n.fetchone()[0]
+        # read-only: connecting read-write would create an empty file the sweep then trips on
+        db = sqlite3.connect(f"file:{out / 'results.sqlite'}?mode=ro", uri=True, timeout=1)
+        try:
+            n = db.execute("SELECT count(*) FROM jobs WHERE status IN ('emerged', 'censored')")
+            return n.fetchone()[0]
+        finally:
+            db.close()
     except sqlite3.OperationalError:  # not created yet
         return 0
 
