@@ -3,7 +3,8 @@
 - `{compare: FIELD}` (optionally `against: VALUE`): a log-rank test between every two rows that
   differ only in FIELD (or between each row and the one at VALUE), with Fisher's exact test on
   their solve rates;
-- `{trend: FIELD}`: a log-rank trend test across the rows ordered by FIELD (a monotone claim);
+- `{trend: FIELD}`: a log-rank trend test across the rows ordered by FIELD (a monotone claim),
+  scoring each row by its rank (equally spaced), so order is tested, not linearity in the value;
 
 within each series (the rows that agree on every other field). The p-values of one entry are
 one family: Holm-adjusted together. Tests are permutation tests below 20 seeds a group (see
@@ -86,7 +87,8 @@ def _trend(field: str, name: str, members) -> Comparison:
     values = [v[0] for v, _ in members]
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         raise ConfigError(f"tests: trend {field} needs numeric values, got {values}")
-    res = trend_test([_sample(r) for _, r in members], [float(v) for v in values])
+    # scores are the ranks of the values: a monotone order is tested, not linearity in the value
+    res = trend_test([_sample(r) for _, r in members], list(range(len(values))))
     lean = f"higher {field} sooner" if res.statistic > 0 else f"higher {field} later"
     return Comparison(f"trend {field}", name, " < ".join(f"{v:g}" for v in values), res.p,
                       res.method, lean if abs(res.statistic) > 1e-12 else "none")
