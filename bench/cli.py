@@ -54,12 +54,15 @@ def sweep(
         help="concurrent jobs [processes: #GPUs, else #cores; slurm/ray: 4]")] = None,
     option: Annotated[list[str] | None, typer.Option(
         "--option", "-O", help="executor option key=value, e.g. -O slurm_partition=gpu")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="spec field key=value, e.g. --set trainer.accelerator=gpu (hardware "
+                      "keys leave job ids unchanged)")] = None,
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
     from .sweep import load_spec, read_results, run_sweep
 
-    parsed = load_spec(spec)
+    parsed = load_spec(spec, set_ or [])
     out = out or spec.with_suffix("")
     options = _options(option or [])
     workers = _default_workers(executor) if workers is None else workers

@@ -98,18 +98,25 @@ class RunConfig:
 
     def job_id(self) -> str:
         """Stable content hash of the resolved config: the same job has the same id anywhere.
-        Knobs that change speed, not the experiment (train.compile), are left out."""
+        Knobs that change speed or hardware, not the experiment (train.compile,
+        trainer.accelerator, ...), are left out."""
         return content_hash(experiment(self.to_dict()), 12)
 
 
 SPEED_ONLY = ("compile",)  # train fields that change speed, not the experiment
+# trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
+HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")
 
 
 def experiment(config: dict[str, Any]) -> dict[str, Any]:
-    """A resolved config (as a dict) less the knobs that change speed, not the experiment: the
-    part job ids and leaderboard rows are keyed by (results from before a knob existed match)."""
+    """A resolved config (as a dict) less the knobs that change speed or hardware, not the
+    experiment: the part job ids and leaderboard rows are keyed by (results from before a knob
+    existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
     train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
-    return {**config, "train": train}
+    out = {**config, "train": train}
+    if "trainer" in config:
+        out["trainer"] = {k: v for k, v in config["trainer"].items() if k not in HARDWARE_ONLY}
+    return out
 
 
 def content_hash(data: Any, length: int) -> str:

@@ -152,7 +152,8 @@ def grid(section: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
-def load_spec(path: Path | str) -> SweepSpec:
+def load_spec(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
+    """The spec at `path`, with `overrides` (key=value, e.g. trainer.accelerator=gpu) merged in."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep spec")
@@ -162,6 +163,13 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise ConfigError(f"{path}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict) and not OmegaConf.is_dict(raw):
         raise ConfigError(f"{path}: a sweep spec is a mapping (name, task, archs, seeds, ...)")
+    for item in overrides:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"--set {item}: expected key=value, e.g. trainer.accelerator=gpu")
+        try:
+            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist([item]))
+        except (OmegaConfBaseException, ValueError) as e:
+            raise ConfigError(f"--set {item}: {str(e).splitlines()[0]}") from None
     return build_section(SweepSpec, raw, "")
 
 

@@ -101,10 +101,12 @@ def linear_map_batch(
 def linear_map_rollout(matrix: torch.Tensor, x0: torch.Tensor, n_states: int,
                        modulus: int) -> torch.Tensor:
     """(B, S) start states -> (B, S*T) sequences under x_{t+1} = A x_t mod C."""
-    a = matrix.to(x0.device)
+    # CUDA has no integer matmul: multiply in float64, exact here (A is 0/1 with s ones per
+    # row, so each sum is at most s (C - 1) < 2^53)
+    a = matrix.to(device=x0.device, dtype=torch.float64)
     x, states = x0, [x0]
     for _ in range(n_states - 1):
-        x = (x @ a.T) % modulus  # (B, S): x_{t+1}[i] = sum_j A[i, j] x_t[j]
+        x = (x.double() @ a.T).long() % modulus  # (B, S): x_{t+1}[i] = sum_j A[i, j] x_t[j]
         states.append(x)
     return torch.cat(states, dim=1)
 

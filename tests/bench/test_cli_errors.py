@@ -134,6 +134,11 @@ BAD_SWEEPS = [
     (GOOD, ["--executor", "slurm", "-O", "cluster=pbs"], "-O cluster: must be slurm or local"),
     (GOOD, ["--executor", "slurm"], "--executor: slurm: Could not detect \"srun\""),
     (GOOD, ["-O", "partition"], "-O partition: expected key=value"),
+    (GOOD, ["--set", "trainer.accelerator"], "--set trainer.accelerator: expected key=value"),
+    (GOOD, ["--set", "=gpu"], "--set =gpu: expected key=value"),
+    (GOOD, ["--set", "seeds=0"], "seeds: must be in 1..10000"),
+    (GOOD, ["--set", "trainer.max_steps=3"],
+     "trainer.max_steps: set by the runner; use train.max_steps"),
 ]
 
 

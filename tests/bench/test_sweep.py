@@ -164,3 +164,21 @@ def test_rows_and_job_ids_ignore_speed_only_knobs_so_older_results_still_match()
     older = plain.to_dict()
     del older["train"]["compile"]  # a result recorded before train.compile existed
     assert group_key(older) == group_key(plain.to_dict()) == group_key(cfg.to_dict())
+
+
+def test_hardware_keys_leave_job_ids_and_rows_alone_so_a_gpu_rerun_matches(tmp_path):
+    from bench.rows import group_key
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: s\ntask: {name: linear_map, state_size: 12, sparsity: 1}\n"
+                    "archs: [{name: mlp_mixer, d_model: 16, n_layers: 1}]\nseeds: 2\n")
+    plain = expand(load_spec(spec))
+    gpu = expand(load_spec(spec, ["trainer.accelerator=gpu", "trainer.devices=1",
+                                  "trainer.strategy=auto"]))
+    assert gpu[0].trainer == {"accelerator": "gpu", "devices": 1, "strategy": "auto"}
+    assert [j.job_id() for j in gpu] == [j.job_id() for j in plain]
+    assert group_key(gpu[0].to_dict()) == group_key(plain[0].to_dict())
+    # precision changes the numbers: a different experiment
+    half = expand(load_spec(spec, ["trainer.precision=bf16-mixed"]))
+    assert half[0].job_id() != plain[0].job_id()
+    assert expand(load_spec(spec, ["seeds=3"]))[2].seed == 2  # any spec field
