@@ -10,7 +10,8 @@ from .gated_deltanet import GatedDeltaNetConfig
 from .mamba import MambaConfig
 from .mlp_mixer import MLPMixerConfig
 from .plugins import ContractError, as_config_class, check_mixer, load_dotted
-from .rwkv7 import RWKV7Config
+from .protocols import RecordsAttention, ReportsKernelPath, UsesContext
+from .rwkv import RWKV7Config
 from .transformer import TransformerConfig
 
 ARCHITECTURES: dict[str, type[ArchConfig]] = {
@@ -41,4 +42,5 @@ def resolve(name: str) -> type[ArchConfig]:
 
 
 __all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block", "ContractError", "check_mixer",
+           "RecordsAttention", "ReportsKernelPath", "UsesContext",
            "register", "resolve"]

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .protocols import UsesContext
+
 
 @dataclass
 class ArchConfig:
@@ -38,7 +40,7 @@ class ArchConfig:
             if getattr(self, field) < minimum:
                 raise ValueError(f"{field}: must be >= {minimum}, got {getattr(self, field)}")
 
-    def state_size(self, seq_len: int) -> int | None:
+    def memory_per_layer(self, seq_len: int) -> int | None:
         """Numbers one layer keeps per sequence to produce the next token after `seq_len` tokens
         (a recurrent state, or a cache that grows with the context); None where unknown."""
         return None
@@ -63,8 +65,8 @@ class RecurrentConfig(ArchConfig):
 class Block(nn.Module):
     """x + mixer(norm(x)), then x + MLP(norm(x)) when the block has one.
 
-    A mixer whose class sets `uses_context = True` also receives `context`, a dict shared by the
-    blocks of one forward pass (RWKV-7 passes its first layer's values on through it).
+    A `UsesContext` mixer also receives `context`, a dict shared by the blocks of one forward
+    pass (RWKV-7 passes its first layer's values on through it).
     """
 
     def __init__(self, d_model: int, mixer: nn.Module, mlp_ratio: int):
@@ -82,7 +84,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, context: dict | None = None) -> torch.Tensor:
         h = self.norm(x)
-        x = x + (self.mixer(h, context) if getattr(self.mixer, "uses_context", False) else
+        x = x + (self.mixer(h, context) if isinstance(self.mixer, UsesContext) else
                  self.mixer(h))
         if self.mlp is not None:
             x = x + self.mlp(x)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import GatedRMSNorm, RecurrentConfig, pick_path, require_fused, short_conv
+from .protocols import ReportsKernelPath
 
 try:  # the fused kernels need CUDA at run time; importing them needs only triton
     with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
@@ -53,7 +54,7 @@ class GatedDeltaNetConfig(RecurrentConfig):
             )
         require_fused(self.kernel, chunk_gated_delta_rule, "fla")
 
-    def state_size(self, seq_len: int) -> int:
+    def memory_per_layer(self, seq_len: int) -> int:
         dv = int(self.head_dim * self.expand_v)
         conv = (2 * self.head_dim + dv) * self.n_heads * (self.conv_size - 1)
         return self.n_heads * self.head_dim * dv + conv  # one K x V matrix per head + conv windows
@@ -62,7 +63,7 @@ class GatedDeltaNetConfig(RecurrentConfig):
         return GatedDeltaNet(self)
 
 
-class GatedDeltaNet(nn.Module):
+class GatedDeltaNet(ReportsKernelPath, nn.Module):
     def __init__(self, cfg: GatedDeltaNetConfig):
         super().__init__()
         d, H = cfg.d_model, cfg.n_heads
@@ -85,7 +86,6 @@ class GatedDeltaNet(nn.Module):
         self.g_proj = nn.Linear(d, value_dim, bias=False)
         self.o_norm = GatedRMSNorm(self.head_v_dim)
         self.o_proj = nn.Linear(value_dim, d, bias=False)
-        self.last_path: str | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape

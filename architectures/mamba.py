@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import RecurrentConfig, pick_path, require_fused
+from .protocols import ReportsKernelPath
 
 try:
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
@@ -42,7 +43,7 @@ class MambaConfig(RecurrentConfig):
         self.require_at_least(0, "dt_rank")
         require_fused(self.kernel, selective_scan_fn, "mamba_ssm")
 
-    def state_size(self, seq_len: int) -> int:
+    def memory_per_layer(self, seq_len: int) -> int:
         d_inner = self.expand * self.d_model
         return d_inner * self.d_state + d_inner * (self.d_conv - 1)  # SSM state + conv window
 
@@ -129,7 +130,7 @@ class SelectiveScan(torch.autograd.Function):
         return g_delta, g_A, g_x, g_B, g_C
 
 
-class Mamba(nn.Module):
+class Mamba(ReportsKernelPath, nn.Module):
     def __init__(self, cfg: MambaConfig):
         super().__init__()
         d = cfg.d_model
@@ -150,7 +151,6 @@ class Mamba(nn.Module):
         self.A_log = nn.Parameter(torch.log(A))  # (D_in, N)
         self.D = nn.Parameter(torch.ones(self.d_inner))
         self.out_proj = nn.Linear(self.d_inner, d, bias=False)
-        self.last_path: str | None = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         L = hidden.shape[1]

@@ -31,7 +31,7 @@ class MLPMixerConfig(ArchConfig):
                 f"n_heads: must be >= 1 and divide d_model ({self.d_model}), got {self.n_heads}"
             )
 
-    def state_size(self, seq_len: int) -> int:
+    def memory_per_layer(self, seq_len: int) -> int:
         return seq_len * self.d_model  # every past input is read again
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .backbone import ArchConfig
+from .protocols import RecordsAttention
 
 FIELD_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 RESERVED = {"self", "d_model", "seq_len", "layer_idx"}
@@ -112,3 +113,27 @@ def check_mixer(config: ArchConfig, seq_len: int) -> None:
         first = int(leaked.nonzero()[0])
         raise ContractError(f"{label} is not causal: output {first} changed when inputs "
                             f"{j}.. changed")
+    if isinstance(mixer, RecordsAttention):
+        _check_attention(mixer, x.detach(), label)
+
+
+def _check_attention(mixer: RecordsAttention, x: torch.Tensor, label: str) -> None:
+    """A `RecordsAttention` mixer keeps (B, H, L, L) probabilities, causal, rows summing to 1."""
+    B, L = x.shape[:2]
+    mixer.record_attention, mixer.last_attention = True, None
+    try:
+        with torch.no_grad():
+            mixer(x)
+    finally:
+        mixer.record_attention = False
+    probs = mixer.last_attention
+    if not isinstance(probs, torch.Tensor) or probs.dim() != 4 or probs.shape[0] != B \
+            or probs.shape[2:] != (L, L):
+        got = tuple(probs.shape) if isinstance(probs, torch.Tensor) else probs
+        raise ContractError(f"{label} declares RecordsAttention but kept {got}, not "
+                            f"(B, H, L, L) = ({B}, H, {L}, {L}) probabilities")
+    future = probs.float().triu(1).abs().amax()
+    rows = probs.float().sum(-1)
+    if future > 1e-6 or not torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
+        raise ContractError(f"{label} declares RecordsAttention but its kept attention is not "
+                            "causal probabilities (rows must sum to 1, nothing above the diagonal)")

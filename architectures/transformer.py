@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import ArchConfig
+from .protocols import RecordsAttention
 
 
 @dataclass
@@ -31,7 +32,7 @@ class TransformerConfig(ArchConfig):
         super().__post_init__()
         self.require_at_least(1, "n_heads", "head_dim")
 
-    def state_size(self, seq_len: int) -> int:
+    def memory_per_layer(self, seq_len: int) -> int:
         return 2 * self.n_heads * self.head_dim * seq_len  # the key-value cache
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
@@ -40,7 +41,7 @@ class TransformerConfig(ArchConfig):
         )
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(RecordsAttention, nn.Module):
     def __init__(self, d_model: int, n_heads: int, head_dim: int, seq_len: int, bias: torch.Tensor):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, head_dim
@@ -50,8 +51,6 @@ class CausalSelfAttention(nn.Module):
         logits_bias = bias.float().masked_fill(~causal, float("-inf"))  # (L, L)
         self.register_buffer("logits_bias", logits_bias, persistent=False)
         self.plain_causal = not bool(bias.any())
-        self.record_attention = False
-        self.last_attention: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape
@@ -61,7 +60,7 @@ class CausalSelfAttention(nn.Module):
         if self.record_attention:
             scores = (q @ k.transpose(-1, -2)) * Dh**-0.5 + bias  # (B, H, L, L)
             probs = scores.softmax(dim=-1)
-            self.last_attention = probs.detach()
+            self.keep_attention(probs)
             y = probs @ v
         elif self.plain_causal:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .config import ConfigError, load_run_config, load_task_config
+from .core.errors import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="emergence-bench: when do token mixers learn sparse mixing patterns?")
@@ -28,9 +28,10 @@ def run(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Train one job, e.g. `bench run task.state_size=8 arch.name=transformer seed=3`."""
-    cfg = load_run_config(overrides or [])
-    from .run import train
+    from .training.config import load_run_config
+    from .training.run import train
 
+    cfg = load_run_config(overrides or [])
     run_dir = out or Path("runs") / cfg.job_id()
     result = train(cfg, run_dir, progress=progress and not json_)
     if result is None:  # a rank other than 0 of a multi-device run: rank 0 reports
@@ -60,7 +61,7 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
-    from .sweep import load_spec, read_results, run_sweep
+    from .sweeps.sweep import load_spec, read_results, run_sweep
 
     parsed = load_spec(spec, set_ or [])
     out = out or spec.with_suffix("")
@@ -98,7 +99,7 @@ def reproduce(
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Rerun a committed leaderboard and test, row by row, whether it agrees (exit 0) or not."""
-    from .reproduce import reproduce as run_reproduce
+    from .analysis.reproduce import reproduce as run_reproduce
 
     workers = _default_workers(executor) if workers is None else workers
     table, fresh = run_reproduce(spec, out, seeds, seed_start, row or [], alpha, executor,
@@ -132,7 +133,7 @@ def _default_workers(executor: str) -> int:
 @app.command()
 def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output directory")]):
     """Re-render leaderboard.md, leaderboard.csv and emergence.png from the results database."""
-    from .sweep import read_results
+    from .sweeps.sweep import read_results
 
     spec_dict, results = read_results(directory)
     if not results:
@@ -146,14 +147,14 @@ def status(
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
     """Where a sweep stands: jobs per status, per configuration, failures, live or not, ETA."""
-    from .status import sweep_status
+    from .analysis.status import sweep_status
 
     report = sweep_status(directory)
     print(json.dumps(report, indent=2) if json_ else report["text"])
 
 
 def _render(out: Path, spec: dict, results: list[dict]) -> None:
-    from .leaderboard import write_leaderboard
+    from .analysis.leaderboard import write_leaderboard
 
     write_leaderboard(out, spec["name"], results, spec)
     print((out / "leaderboard.md").read_text())
@@ -177,7 +178,7 @@ def perf(
     = Path("runs/perf"),
 ) -> None:
     """Time the suite's Lightning step against a bare PyTorch loop, per mixer and length."""
-    from .perf import DEFAULT_ARCHS, run_perf
+    from .tools.perf import DEFAULT_ARCHS, run_perf
 
     run_perf(arch or DEFAULT_ARCHS, sizes.split(","), repeats, batch, seconds, warmup, compile_,
              accelerator, out)
@@ -198,6 +199,8 @@ def task(
 
     from datamodules import build_task
     from datamodules.base import make_generator
+
+    from .training.config import load_task_config
 
     config = load_task_config([f"name={name}", *(overrides or [])])
     try:
@@ -226,31 +229,12 @@ def task(
     for flag in t.flags():
         print(f"flagged: {flag}")
     for i, seq in enumerate(tokens.view(samples, config.n_states, t.state_size).tolist()):
-        rule = f" (rule {hidden['rule_index'][i]})" if "rule_index" in hidden else ""
-        print(f"\nsample {i}{rule}")
+        print(f"\nsample {i}{t.sample_note(hidden, i)}")
         for step, state in enumerate(seq):
             print(f"  x{step:<3} " + " ".join(map(str, state)))
     print()
-    if "matrix" in hidden:
-        print("A (row i lists which tokens of x_t give x_{t+1}[i]):")
-        for row in hidden["matrix"]:
-            print("  " + " ".join(map(str, row)))
-    else:
-        width = 2 * config.radius + 1
-        for r, table in enumerate(hidden["rules"]):
-            if len(table) > 81:
-                print(f"rule {r}: {len(table)} entries (see --json)")
-                continue
-            entries = [f"{_digits(w, config.n_colors, width)}->{c}" for w, c in enumerate(table)]
-            print(f"rule {r}: " + " ".join(entries))
-
-
-def _digits(index: int, base: int, width: int) -> str:
-    out = []
-    for _ in range(width):
-        index, d = divmod(index, base)
-        out.append(str(d))
-    return "".join(reversed(out))
+    for line in t.rule_text(hidden):
+        print(line)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -55,6 +55,18 @@ class TaskConfig:
     training transition; the evaluation scores only transitions from them"""
     random_targets: bool = False
     """leak control: replace every scored token by a uniform random one (nothing to learn)"""
+
+    # what tables and figures ask the task (class-level, so a recorded config dict suffices)
+    SHOWN: ClassVar[tuple[str, ...]] = ("n_states",)
+    """fields every leaderboard label shows, default or not, in this order"""
+    DERIVED: ClassVar[dict[str, tuple[str, str]]] = {}
+    """axes computed from the fields: name -> (the field it stands in for in a series label,
+    the axis title of a figure)"""
+
+    @classmethod
+    def derived(cls, axis: str, task: dict[str, Any]) -> float:
+        """The value of a derived axis for a task config given as a dict."""
+        raise KeyError(axis)
 
     def __post_init__(self) -> None:
         if self.n_states < 2:
@@ -143,6 +155,14 @@ class StateSequenceTask(L.LightningDataModule):
     def inspect(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
         """`n` sequences (n, S*T) and the hidden parameters that made them."""
         return self.sample(n, generator), self.hidden()
+
+    def sample_note(self, hidden: dict[str, Any], i: int) -> str:
+        """What `bench task` prints beside sample i of `inspect` (e.g. the rule it used)."""
+        return ""
+
+    def rule_text(self, hidden: dict[str, Any]) -> list[str]:
+        """The hidden rule as `bench task` prints it, one line each."""
+        return []
 
     def next_token_posterior(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, P, V): the Bayes-optimal predictor's distribution over each scored token of

@@ -8,7 +8,7 @@ must infer the active rule from the context. Token x_{t+1}[i] reads x_t[i-kr .. 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -17,6 +17,8 @@ from .base import StateSequenceTask, TaskConfig
 
 @dataclass
 class CellularAutomatonConfig(TaskConfig):
+    SHOWN: ClassVar[tuple[str, ...]] = ("n_cells", "n_colors", "n_rules", "n_states")
+
     name: str = "cellular_automaton"
     n_cells: int = 8
     """cells on the ring S (one token each)"""
@@ -166,3 +168,27 @@ class CellularAutomaton(StateSequenceTask):
     def inspect(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, dict[str, Any]]:
         tokens, rule_index = self.sample_with_rules(n, generator)
         return tokens, {**self.hidden(), "rule_index": rule_index.tolist()}
+
+    def sample_note(self, hidden: dict[str, Any], i: int) -> str:
+        return f" (rule {hidden['rule_index'][i]})" if "rule_index" in hidden else ""
+
+    def rule_text(self, hidden: dict[str, Any]) -> list[str]:
+        """Each rule as neighbourhood->colour entries (neighbourhood digits left to right)."""
+        width, base = 2 * self.config.radius + 1, self.config.n_colors
+        lines = []
+        for r, table in enumerate(hidden["rules"]):
+            if len(table) > 81:
+                lines.append(f"rule {r}: {len(table)} entries (see --json)")
+                continue
+            entries = [f"{_digits(w, base, width)}->{c}" for w, c in enumerate(table)]
+            lines.append(f"rule {r}: " + " ".join(entries))
+        return lines
+
+
+def _digits(index: int, base: int, width: int) -> str:
+    """`index` written in `base` with `width` digits, most significant first."""
+    out = []
+    for _ in range(width):
+        index, d = divmod(index, base)
+        out.append(str(d))
+    return "".join(reversed(out))

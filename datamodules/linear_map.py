@@ -12,8 +12,9 @@ refused when it sends a later source state to zero.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -22,6 +23,17 @@ from .base import StateSequenceTask, TaskConfig
 
 @dataclass
 class LinearMapConfig(TaskConfig):
+    SHOWN: ClassVar[tuple[str, ...]] = ("state_size", "sparsity", "n_states")
+    DERIVED: ClassVar[dict[str, tuple[str, str]]] = {
+        "supports": ("sparsity", "C(S, s): candidate supports")}
+    """supports = C(S, s), the number of candidate sets of parents of a token"""
+
+    @classmethod
+    def derived(cls, axis: str, task: dict[str, Any]) -> float:
+        if axis != "supports":
+            raise KeyError(axis)
+        return math.comb(task["state_size"], task["sparsity"])
+
     name: str = "linear_map"
     n_states: int = 2
     """number of states T in a sequence (>= 2; the first is random and never scored)"""
@@ -149,3 +161,7 @@ class LinearMap(StateSequenceTask):
 
     def hidden(self) -> dict[str, Any]:
         return {"matrix": self.matrix.tolist(), "ranks": self.ranks}
+
+    def rule_text(self, hidden: dict[str, Any]) -> list[str]:
+        return ["A (row i lists which tokens of x_t give x_{t+1}[i]):",
+                *("  " + " ".join(map(str, row)) for row in hidden["matrix"])]

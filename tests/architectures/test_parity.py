@@ -8,7 +8,7 @@ import torch
 import architectures.gated_deltanet as gdn_module
 from architectures.gated_deltanet import GatedDeltaNetConfig
 from architectures.mamba import MambaConfig, SelectiveScan
-from architectures.rwkv7 import RWKV7Config
+from architectures.rwkv import RWKV7Config
 
 warnings.filterwarnings("ignore", message=".*falling back.*")
 
@@ -98,7 +98,7 @@ def test_gated_deltanet_state_dict_matches_fla_layer():
 def test_rwkv7_chunked_reference_matches_fla_recurrent_op(monkeypatch, jitter):
     from fla.ops.generalized_delta_rule.dplr.naive import dplr_recurrence
 
-    import architectures.rwkv7 as rwkv_module
+    import architectures.rwkv as rwkv_module
 
     torch.manual_seed(0)
     model_cfg = RWKV7Config(d_model=32, head_dim=8, n_layers=2)

@@ -1,12 +1,14 @@
 """A user's own mixer: by dotted path or registration, checked by the contract before training."""
 
 import csv
+import json
 import textwrap
 
 import pytest
 
 from architectures import ARCHITECTURES, ContractError, check_mixer, register, resolve
-from bench.config import ConfigError, load_run_config
+from bench.core.errors import ConfigError
+from bench.training.config import load_run_config
 
 EXAMPLE = "examples.custom_mixer:CausalConvMixer"
 TINY = ["task.state_size=4", "task.sparsity=1", "task.n_states=3", "arch.d_model=32",
@@ -37,6 +39,29 @@ BAD_MIXERS = textwrap.dedent('''
     class NoSeqLen(nn.Module):
         def __init__(self, d_model: int):
             super().__init__()
+
+    from architectures import RecordsAttention
+
+    class OneHead(RecordsAttention, nn.Module):
+        """Single-head causal attention that declares its probabilities."""
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int, *, keep: str = "probs"):
+            super().__init__()
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.keep = keep
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, -1)
+            L = x.shape[1]
+            mask = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+            scores = (q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+            probs = (scores / q.shape[-1] ** 0.5).softmax(-1)  # (B, L, L)
+            if self.keep == "probs":
+                self.keep_attention(probs[:, None])
+            elif self.keep == "no_heads":
+                self.keep_attention(probs)
+            else:  # the unmasked scores' softmax: reads the future
+                self.keep_attention((q @ k.transpose(-1, -2)).softmax(-1)[:, None])
+            return probs @ v
 ''')
 
 
@@ -101,6 +126,32 @@ def test_contract_breakers_are_rejected_before_training(cls, message, tmp_path, 
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: arch.name:") and message in lines[0]
     assert not out.exists()
+
+
+def test_a_plugin_that_declares_its_attention_gets_parent_mass_like_the_builtin(
+        tmp_path, monkeypatch, cli):
+    (tmp_path / "bad_mixers.py").write_text(BAD_MIXERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    code, captured = cli("run", *TINY, "arch.name=bad_mixers:OneHead", "train.max_steps=25",
+                         "--out", str(out), "--no-progress")
+    assert code == 0, captured.err
+    result = json.loads((out / "result.json").read_text())
+    mass = result["curves"]["val/parent_mass"]
+    assert len(mass) >= 2 and all(0 <= m <= 1 for m in mass)
+    assert result["learned_patterns"]  # its maps are drawn like the built-in attention's
+
+
+@pytest.mark.parametrize("keep,message", [
+    ("no_heads", "declares RecordsAttention but kept (2, 11, 11), not (B, H, L, L)"),
+    ("future", "its kept attention is not causal probabilities"),
+])
+def test_a_declared_protocol_is_checked_by_the_contract(keep, message, tmp_path, monkeypatch):
+    (tmp_path / "bad_mixers.py").write_text(BAD_MIXERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_run_config(["arch.name=bad_mixers:OneHead", f"arch.keep={keep}"])
+    with pytest.raises(ContractError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_mixer(cfg.arch, seq_len=11)
 
 
 def test_resolve_rejects_what_is_not_a_mixer():

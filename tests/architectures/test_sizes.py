@@ -47,4 +47,4 @@ def test_mixer_parameter_counts(name, fields, layer, params):
     ("rwkv", dict(head_dim=16), 4 * 16 * 16 + 64),
 ])
 def test_state_size_per_layer(name, fields, state):
-    assert ARCHITECTURES[name](d_model=64, **fields).state_size(L) == state
+    assert ARCHITECTURES[name](d_model=64, **fields).memory_per_layer(L) == state

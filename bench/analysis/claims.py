@@ -1,0 +1,115 @@
+"""The tests a leaderboard spec declares for its claim, run on the rows' steps-to-emergence.
+
+- `{compare: FIELD}` (optionally `against: VALUE`): a log-rank test between every two rows that
+  differ only in FIELD (or between each row and the one at VALUE), with Fisher's exact test on
+  their solve rates;
+- `{trend: FIELD}`: a log-rank trend test across the rows ordered by FIELD (a monotone claim),
+  scoring each row by its rank (equally spaced), so order is tested, not linearity in the value;
+
+within each series (the rows that agree on every other field). The p-values of one entry are
+one family: Holm-adjusted together. Tests are permutation tests below 20 seeds a group (see
+`bench.core.stats`), so the p-values are exact at the seed counts of the committed leaderboards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import markdown
+from ..core.errors import ConfigError
+from ..core.rows import survival_sample
+from ..core.stats import holm, logrank_test, solve_rate_p, trend_test
+from .labels import factor_groups
+
+
+@dataclass
+class Comparison:
+    test: str
+    """`compare FIELD` or `trend FIELD`"""
+    series: str
+    between: str
+    """what was compared (`a vs b`, or the ordered values)"""
+    p: float
+    method: str
+    direction: str
+    """which way the data lean: `a sooner`, `higher FIELD sooner`, ..."""
+    p_solve_rate: float | None = None
+    p_holm: float = 1.0
+
+
+def _sample(row: dict[str, Any]):
+    return survival_sample(row["runs"])
+
+
+def run_tests(tests: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Comparison]:
+    """Every comparison the spec's tests ask for, Holm-adjusted per entry."""
+    out: list[Comparison] = []
+    for entry in tests:
+        field = entry.get("compare") or entry.get("trend")
+        try:
+            groups = factor_groups(rows, [field])
+        except ConfigError as e:
+            raise ConfigError(f"tests: {str(e).split(': ', 1)[1]}") from None
+        family: list[Comparison] = []
+        for name, members in groups.items():
+            members = sorted(members, key=lambda m: _order(m[0][0]))
+            if len(members) < 2:
+                continue
+            if "trend" in entry:
+                family.append(_trend(field, name, members))
+            else:
+                family += _pairs(field, name, members, entry.get("against"))
+        for c, p in zip(family, holm([c.p for c in family])):
+            c.p_holm = p
+        out += family
+    return out
+
+
+def _order(value: Any):
+    return (0, value) if isinstance(value, int | float) else (1, str(value))
+
+
+def _trend(field: str, name: str, members) -> Comparison:
+    values = [v[0] for v, _ in members]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise ConfigError(f"tests: trend {field} needs numeric values, got {values}")
+    # scores are the ranks of the values: a monotone order is tested, not linearity in the value
+    res = trend_test([_sample(r) for _, r in members], list(range(len(values))))
+    lean = f"higher {field} sooner" if res.statistic > 0 else f"higher {field} later"
+    return Comparison(f"trend {field}", name, " < ".join(f"{v:g}" for v in values), res.p,
+                      res.method, lean if abs(res.statistic) > 1e-12 else "none")
+
+
+def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
+    out = []
+    for i, first in enumerate(members):
+        for second in members[i + 1:]:
+            if against is not None and against not in (first[0][0], second[0][0]):
+                continue
+            (va, ra), (vb, rb) = first, second
+            if against is not None and va[0] == against:  # the reference level second
+                (va, ra), (vb, rb) = second, first
+            (ta, ea), (tb, eb) = _sample(ra), _sample(rb)
+            res = logrank_test(ta, ea, tb, eb)
+            lean = (f"{va[0]} sooner" if res.statistic > 0 else f"{vb[0]} sooner"
+                    if res.statistic < 0 else "none")
+            out.append(Comparison(f"compare {field}", name, f"{va[0]} vs {vb[0]}", res.p,
+                                  res.method, lean,
+                                  solve_rate_p(sum(ea), len(ea), sum(eb), len(eb))))
+    return out
+
+
+def to_markdown(comparisons: list[Comparison]) -> list[str]:
+    if not comparisons:
+        return []
+    lines = ["## Tests", "",
+             "Log-rank tests on steps-to-emergence (censored seeds kept); p is exact by "
+             "permutation below 20 seeds a group. Holm: adjusted over the comparisons of one "
+             "test entry (one claim). Fisher: exact test of the solve rates.", ""]
+    lines += markdown.table(
+        ["test", "series", "between", "leans", "p", "Holm p", "Fisher p (solve rate)", "method"],
+        [[c.test, c.series, c.between, c.direction, f"{c.p:.3g}", f"{c.p_holm:.3g}",
+          "-" if c.p_solve_rate is None else f"{c.p_solve_rate:.3g}", c.method]
+         for c in comparisons])
+    return [*lines, ""]

@@ -1,0 +1,85 @@
+"""What a leaderboard row is: finished runs grouped by their config less the seed, their labels,
+and the values a row takes on a swept axis. Shared by the table, its tests and its figures."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from architectures import ContractError, resolve
+from datamodules import TASKS
+
+from ..sweeps.sweep import axis_value, derived_axis
+
+
+def label(section: dict[str, Any], schema: type | None, always: tuple[str, ...] = ()) -> str:
+    """`name(field=value, ...)`: the fields in `always`, then those that differ from defaults."""
+    defaults = {f.name: f.default for f in fields(schema)} if schema else {}
+    keys = [k for k in always if k in section]
+    keys += [k for k in section if k not in keys and k != "name" and defaults.get(k) != section[k]]
+    shown = ", ".join(f"{k}={section[k]}" for k in keys)
+    return f"{section['name']}({shown})" if shown else section["name"]
+
+
+def task_label(task: dict[str, Any]) -> str:
+    """The task as tables show it: the fields it always shows, then those off their defaults."""
+    schema = TASKS[task["name"]][0]
+    return label(task, schema, schema.SHOWN)
+
+
+def _arch_schema(name: str) -> type | None:
+    try:
+        return resolve(name)
+    except ContractError:  # a plug-in that is not importable here: show every field
+        return None
+
+
+def row_labels(config: dict[str, Any]) -> tuple[str, str]:
+    """(task, architecture) as the leaderboard shows them."""
+    return (task_label(config["task"]),
+            label(config["arch"], _arch_schema(config["arch"]["name"])))
+
+
+# --- axes: a row's value on a swept factor ------------------------------------------------------
+def series(config: dict[str, Any], axes: list[str]) -> str:
+    """The row's label with the given fields taken out: rows that differ only on the axes."""
+    trimmed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for axis in axes:
+        section, _, name = axis.partition(".")
+        trimmed.get(section, {}).pop(name, None)
+    task, arch = trimmed["task"], trimmed["arch"]
+    labels = [task_label(task) if "name" in task else
+              label({**task, "name": "task"}, None),
+              label(arch, _arch_schema(arch["name"])) if "name" in arch else
+              label({**arch, "name": "arch"}, None)]
+    return " / ".join(dict.fromkeys(labels))
+
+
+def covarying(rows: list[dict[str, Any]], axes: list[str]) -> list[str]:
+    """Fields that are a function of the axes over these rows and vary with them (e.g.
+    head_dim = width / n_heads): they belong to the axis, not to the series."""
+    keyed = [(tuple(axis_value(r["job_config"], a) for a in axes), r["job_config"]) for r in rows]
+    out = []
+    for section in ("task", "arch", "train"):
+        for name in sorted({k for _, c in keyed for k in c.get(section, {})}):
+            field = f"{section}.{name}"
+            seen: dict[tuple, set] = {}
+            for values, config in keyed:
+                seen.setdefault(values, set()).add(repr(config.get(section, {}).get(name)))
+            if (field not in axes and all(len(v) == 1 for v in seen.values())
+                    and len(set.union(*seen.values())) > 1):
+                out.append(field)
+    return out
+
+
+def factor_groups(rows: list[dict[str, Any]], axes: list[str]):
+    """{series label: [(axis values, row)]}: the rows that differ only on `axes` (and on the
+    fields that move with them) share a series."""
+    trim = [f"task.{derived_axis(a)[0]}" if derived_axis(a) else a for a in axes]
+    trim += covarying(rows, axes)
+    groups: dict[str, list[tuple[tuple[float, ...], dict[str, Any]]]] = {}
+    for row in rows:
+        config = row["job_config"]
+        values = tuple(axis_value(config, a) for a in axes)
+        groups.setdefault(series(config, trim), []).append((values, row))
+    return groups

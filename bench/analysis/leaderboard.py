@@ -1,0 +1,280 @@
+"""Leaderboards: group finished jobs by (task, architecture) config and summarise their seeds.
+
+Rows are built from the records each run wrote (emergence step, transition width, accuracies,
+the task's reference values); nothing is re-derived from the curves. With a learning-rate grid,
+each configuration is shown at its best rate. Each task gets null rows read off its runs'
+references: uniform chance, the best predictor that reads no context, and the Bayes-optimal
+ceiling where a perfect score is out of reach. Written as `leaderboard.md` (the spec's claim,
+the table, the spec's tests, links to the figures), `leaderboard.csv`, and the figures of
+`bench.analysis.plots`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..core import markdown
+from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
+from ..core.seeds import TUNE_SEED_START, seed_list
+from ..core.stats import SurvivalSummary, kaplan_meier
+from .claims import run_tests
+from .claims import to_markdown as tests_markdown
+from .labels import row_labels
+
+COLUMNS = [
+    "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
+    "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "width_note",
+    "heldout_acc", "train_acc", "gap", "instances", "flagged", "params", "state_per_layer",
+    "steps_per_s", "config", "lr", "lr_grid",
+]
+NULL_ROWS = ("chance", "no context", "Bayes-optimal")
+CONVENTIONS = (
+    "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never emerges is "
+    "censored at its budget. Quantiles follow R survival's quantile.survfit: the first step "
+    "where the survival curve is at or below 1 - q, the midpoint of a flat exactly there; "
+    "\"> N\": fewer than that share of seeds emerged within the budget N. The 95% interval of "
+    "the median is read off the log-log pointwise band (Brookmeyer-Crowley, survfit's "
+    "conf.type = \"log-log\"); NA: that end is undefined (the band never crosses 0.5 at a "
+    "defined point). Width: median steps from the end of the plateau (the last evaluation "
+    "after step 0 at most 10% of the way from the no-context baseline to the ceiling) to the "
+    "first of the final evaluations at 90% or more, over the seeds where a plateau was seen "
+    "(the CSV's width_note says how many were not). Held-out acc / train acc: median over seeds "
+    "of the best token accuracy over all evaluations on the held-out transitions / on the fixed "
+    "probe of training sequences; gap: median of the largest excess of train over held-out at "
+    "one evaluation (memorisation shows as a large gap). Null rows: chance guesses uniformly; "
+    "no context is the best predictor that reads no context (the per-position majority of the "
+    "held-out set); Bayes-optimal (where a perfect score is out of reach) knows the rule pool "
+    "and infers the active rule from the prefix. Instances: distinct task instances (matrices "
+    "or rule pools) among the seeds; flagged: seeds whose instance is degenerate (the CSV "
+    "and result.json say how). Config: hash of the row's config less the seed.")
+
+
+def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
+    """Seeds that only chose learning rates: they never appear in the table's rows."""
+    tune = (spec or {}).get("tune") or {}
+    return set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
+
+
+def _median(values: list[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def _accuracy(run: dict[str, Any], key: str) -> float:
+    return (run.get("accuracy") or {}).get(key, math.nan)
+
+
+def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
+    """One (row, KM summary) per configuration and learning rate, ranked."""
+    rows = []
+    for key, runs in by_row(results).items():
+        config = runs[0]["config"]
+        task, arch = row_labels(config)
+        km = kaplan_meier(*survival_sample(runs))
+        widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
+        missing = [r.get("width_note") or "not recorded" for r in runs
+                   if r["transition_width"] is None]
+        rows.append(({
+            "task": task,
+            "architecture": arch,
+            "seeds": len(runs),
+            "emerged": km.events,
+            "diverged": sum(r["status"] == "diverged" for r in runs),
+            "solve_rate": km.events / len(runs),
+            "median_steps": km.median,
+            "median_ci_low": km.ci_low,
+            "median_ci_high": km.ci_high,
+            "q1_steps": km.q1,
+            "q3_steps": km.q3,
+            "median_width": statistics.median(widths) if widths else math.nan,
+            "width_note": "; ".join(f"{missing.count(n)} of {len(runs)}: {n}"
+                                    for n in dict.fromkeys(missing)),
+            "heldout_acc": _median([_accuracy(r, "heldout_token_acc") for r in runs]),
+            "train_acc": _median([_accuracy(r, "train_token_acc") for r in runs]),
+            "gap": _median([_accuracy(r, "gap") for r in runs]),
+            "instances": len({r.get("instance_seed") for r in runs}),
+            "flagged": sum(bool(r.get("task_flags")) for r in runs),
+            "params": runs[0]["n_params"],
+            "state_per_layer": runs[0].get("state_per_layer"),
+            "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
+            "config": key,
+            "lr": config["train"]["lr"],
+            "lr_grid": "",
+            "family": group_key(config, ("seed", "lr")),
+            "budget": max(r["budget_steps"] for r in runs),
+            "job_config": config,
+            "runs": runs,
+        }, km))
+    # ranked: within a task, higher solve rate first, then lower median steps
+    return sorted(rows, key=lambda rk: (rk[0]["task"], -rk[0]["solve_rate"], rk[0]["median_steps"]))
+
+
+def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):
+    """Each configuration at its best learning rate: the lowest KM median steps-to-emergence,
+    then the higher solve rate, then the smaller lr. `lr_grid` lists the rates tried."""
+    families: dict[str, list[tuple[dict[str, Any], SurvivalSummary]]] = {}
+    for row, km in summaries:
+        families.setdefault(row["family"], []).append((row, km))
+    chosen = []
+    for members in families.values():
+        row, km = min(members, key=lambda rk: lr_preference(
+            rk[0]["median_steps"], rk[0]["solve_rate"], rk[0]["lr"]))
+        if len(members) > 1:
+            row["lr_grid"] = " ".join(f"{m['lr']:g}" for m, _ in
+                                      sorted(members, key=lambda rk: rk[0]["lr"]))
+        chosen.append((row, km))
+    return [rk for rk in summaries if any(rk[0] is c[0] for c in chosen)]
+
+
+def steps_text(x: float, budget: float | None = None) -> str:
+    """A step count as the table shows it: NA when undefined, > budget when not reached."""
+    if math.isnan(x):
+        return "NA"
+    if math.isinf(x):
+        return f"> {budget:.0f}" if budget else "not reached"
+    return f"{x:.0f}"
+
+
+def null_rows(task_row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A task's null rows, read off its runs' references (the median over task instances):
+    chance, no context, and the Bayes-optimal ceiling where it is short of perfect."""
+    refs = [r["references"] for r in task_row["runs"] if r.get("references")]
+    base = {"task": task_row["task"], "seeds": 0, "emerged": 0, "diverged": 0,
+            "solve_rate": 0.0, "median_steps": math.inf,
+            "config": content_hash(task_row["job_config"]["task"], 10)}
+    if not refs:
+        return []
+    out = []
+    for name, key in (("chance", "chance"), ("no context", "no_context"),
+                      ("Bayes-optimal", "ceiling")):
+        acc = statistics.median(r[key]["token_acc"] for r in refs)
+        if key != "ceiling" or acc < 1 - 1e-9:
+            out.append({**base, "architecture": name, "heldout_acc": acc})
+    return out
+
+
+def with_null_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each task's null rows after its last."""
+    out = []
+    for i, row in enumerate(rows):
+        out.append(row)
+        if i + 1 == len(rows) or rows[i + 1]["task"] != row["task"]:
+            out += null_rows(row)
+    return out
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
+    header = ["task", "architecture", *(["lr"] if lr_column else []), "solved",
+              "median steps [95% CI]", "quartiles", "width", "held-out acc", "train acc", "gap",
+              "instances", "params", "steps/s", "config"]
+    cells = []
+    for r in rows:
+        if r["architecture"] in NULL_ROWS:
+            cells.append([r["task"], f"*{r['architecture']}*", *(["-"] if lr_column else []),
+                          "-", "-", "-", "-", _fmt(r["heldout_acc"]), "-", "-", "-", "-", "-",
+                          f"`{r['config']}`"])
+            continue
+        budget = r["budget"]
+        ci = f"[{steps_text(r['median_ci_low'])}, {steps_text(r['median_ci_high'])}]"
+        lr = f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")
+        instances = f"{r['instances']}" + (f" ({r['flagged']} flagged)" if r["flagged"] else "")
+        cells.append([
+            r["task"], f"`{r['architecture']}`", *([lr] if lr_column else []),
+            f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
+            f"{steps_text(r['median_steps'], budget)} {ci}",
+            f"{steps_text(r['q1_steps'], budget)} to {steps_text(r['q3_steps'], budget)}",
+            "-" if math.isnan(r["median_width"]) else f"{r['median_width']:.0f}",
+            _fmt(r["heldout_acc"]), _fmt(r["train_acc"]), _fmt(r["gap"]), instances,
+            f"{r['params']:,}", f"{r['steps_per_s']:.1f}", f"`{r['config']}`",
+        ])
+    return markdown.table(header, cells)
+
+
+def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
+                spec: dict[str, Any], tests: list[str], figures: tuple[str, ...],
+                tuning: list[dict[str, Any]] = ()) -> str:
+    grid = len(every_lr) > len(rows)
+    tuned = bool(tune_seeds(spec))
+    if tuned:
+        grid_text = " ".join(f"{lr:g}" for lr in sorted(spec["tune"]["lr"]))
+        rows = [{**r, "lr_grid": grid_text} for r in rows]
+    lines = [f"# {title}", ""]
+    if spec.get("claim"):
+        lines += [f"**Claim.** {spec['claim']}", ""]
+    lines += [*_table(with_null_rows(rows), grid or tuned), "", CONVENTIONS]
+    if tuned:
+        lines += ["", f"Learning rates were chosen per row on the tuning seeds "
+                  f"{sorted(tune_seeds(spec))}, disjoint from the seeds above (lowest median "
+                  "steps-to-emergence, then higher solve rate, then smaller lr). The tuning "
+                  "runs:", "", *_table(tuning, True)]
+    elif grid:
+        lines += ["", "Each architecture is shown at its best learning rate (lowest median "
+                  "steps-to-emergence, then higher solve rate, then smaller lr), chosen from the "
+                  "rates in brackets on these same seeds. Every rate:", "",
+                  *_table(every_lr, True)]
+    for grew in spec.get("seed_history") or []:
+        lines += ["", f"**Seeds grew after a first look**: from {grew['from']} to {grew['to']} "
+                  f"per row ({grew['at']}, when {grew['finished_before']} runs had finished). "
+                  "The tests below are computed on the grown sample, which was not fixed before "
+                  "the results were seen; read their p-values as exploratory."]
+    flags = sorted({f for r in rows for run in r["runs"] for f in run.get("task_flags") or []})
+    if flags:
+        lines += ["", "Flagged instances (degenerate but kept):",
+                  *[f"- {f}" for f in flags[:10]]]
+    lines += ["", *tests]
+    captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
+                "factors": "solve rate and median steps against the swept factors",
+                "dynamics": "one seed per row: held-out and training accuracy, attention on the "
+                            "parents",
+                "attention": "learned attention beside the ground-truth pattern"}
+    lines += [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
+                      spec: dict[str, Any] | None = None) -> list[dict]:
+    """Write the table (md, csv) and figures for `results` into `out`; return the rows.
+    `spec` (the sweep spec as a dict) gives the claim, the tests, the factor plots and the
+    tuning seeds (whose runs only chose learning rates)."""
+    from . import plots
+
+    spec = spec or {}
+    tuning = tune_seeds(spec)
+    reported = [r for r in results if r["config"]["seed"] not in tuning]
+    every_lr = summarise(reported)
+    summaries = best_lr(every_lr)
+    rows = [row for row, _ in summaries]
+    tests = tests_markdown(run_tests(spec.get("tests") or [], rows))
+    plots.emergence_curves(out / "emergence.png", title, summaries)
+    figures = ["emergence"]
+    if spec.get("plots"):
+        plots.factors(out / "factors.png", rows, spec["plots"])
+        figures.append("factors")
+    for name, draw in (("dynamics", plots.dynamics), ("attention", plots.attention_maps)):
+        if draw(out / f"{name}.png", rows):
+            figures.append(name)
+    tuning_rows = [r for r, _ in summarise([r for r in results
+                                            if r["config"]["seed"] in tuning])]
+    (out / "leaderboard.md").write_text(to_markdown(
+        title, rows, [r for r, _ in every_lr], spec, tests, tuple(figures), tuning_rows))
+    if tuning:
+        grid_text = " ".join(f"{lr:g}" for lr in sorted(spec["tune"]["lr"]))
+        for row in rows:
+            row["lr_grid"] = grid_text
+    write_csv(out / "leaderboard.csv", rows)
+    return rows

@@ -1,0 +1,253 @@
+"""The leaderboard's figures (matplotlib, PNG), each drawn from the rows and their seeds' results.
+
+- `emergence.png`: fraction of seeds emerged vs step per row, with the Kaplan-Meier pointwise
+  95% band, one panel per task;
+- `factors.png`: solve rate and median steps-to-emergence against the spec's plot axes (a line
+  per series for one axis, heatmaps for two);
+- `dynamics.png`: for one seed per row (the median emerger), held-out and training-probe token
+  accuracy vs step with the no-context baseline, the plateau's end and the emergence step marked
+  (as the run recorded them), beside the attention mass on the ground-truth parents per layer;
+- `attention.png`: for attention rows, that seed's learned attention map (the head with the most
+  parent mass) beside the ground-truth pattern.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.emergence import higher_is_better
+from ..sweeps.sweep import derived_axis
+from .labels import factor_groups
+
+Row = dict[str, Any]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def emergence_curves(path: Path, title: str, summaries: list[tuple[Row, Any]]) -> None:
+    plt = _pyplot()
+    tasks = list(dict.fromkeys(row["task"] for row, _ in summaries))  # one panel per task
+    archs = sorted({row["architecture"] for row, _ in summaries})
+    colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(archs)}  # same in each panel
+    cols = min(len(tasks), 3)
+    rows = math.ceil(len(tasks) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4 * rows), squeeze=False)
+    for ax, task in zip(axes.flat, tasks):
+        for row, km in summaries:
+            if row["task"] != task:
+                continue
+            steps = [*km.steps, row["budget"]]
+            c = colour[row["architecture"]]
+            ax.step(steps, [*km.emerged, km.emerged[-1]], where="post", color=c,
+                    label=f"{row['architecture']} (n={row['seeds']})")
+            ax.fill_between(steps, [*km.emerged_low, km.emerged_low[-1]],
+                            [*km.emerged_high, km.emerged_high[-1]], step="post", color=c,
+                            alpha=0.12, linewidth=0)
+        ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
+               title=task if len(tasks) > 1 else title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    for ax in axes.flat[len(tasks):]:
+        ax.set_visible(False)
+    if len(tasks) > 1:
+        fig.suptitle(f"{title}: fraction of seeds emerged (95% band)")
+    _save(fig, path)
+
+
+# --- factors -----------------------------------------------------------------------------------
+def factors(path: Path, rows: list[Row], plots: list[list[str]]) -> None:
+    plt = _pyplot()
+    panels = []  # (axes, {series label: [(values, row)]})
+    for axes in plots:
+        groups = factor_groups(rows, axes)  # supports = C(S, s): one series per S
+        if len(axes) == 1:
+            panels.append((axes, groups))
+        else:
+            panels += [(axes, {name: members}) for name, members in groups.items()]
+    fig, grid = plt.subplots(len(panels), 2, figsize=(12, 4 * len(panels)), squeeze=False)
+    for (axes, groups), (left, right) in zip(panels, grid):
+        if len(axes) == 1:
+            _factor_lines(left, right, axes[0], groups)
+        else:
+            (name, members), = groups.items()
+            _factor_heatmaps(fig, left, right, axes, name, members)
+    _save(fig, path)
+
+
+def _median_or_budget(row: Row) -> tuple[float, bool]:
+    m = row["median_steps"]
+    return (row["budget"], True) if math.isinf(m) else (m, False)
+
+
+def _factor_lines(left, right, axis: str, groups) -> None:
+    derived = derived_axis(axis)  # e.g. supports = C(S, s): values repeat across series
+    style = {"marker": "o", "ls": "none" if derived else "-"}
+    for name, members in groups.items():
+        members = sorted(members, key=lambda m: m[0])
+        xs = [v[0] for v, _ in members]
+        left.plot(xs, [r["solve_rate"] for _, r in members], label=name, **style)
+        ys, never = zip(*(_median_or_budget(r) for _, r in members))
+        low = [min(r["median_ci_low"], r["budget"]) for _, r in members]
+        high = [min(r["median_ci_high"], r["budget"]) for _, r in members]
+        line, = right.plot(xs, ys, label=name, **style)
+        right.errorbar(xs, ys, yerr=[np.subtract(ys, low), np.subtract(high, ys)], fmt="none",
+                       ecolor=line.get_color(), alpha=0.5, capsize=3)
+        if any(never):
+            right.scatter(*zip(*((x, y) for x, y, n in zip(xs, ys, never) if n)), marker="x",
+                          s=60, color=line.get_color(), zorder=3)
+    values = sorted({v[0] for g in groups.values() for v, _ in g})
+    # a log axis where the values are positive and span a factor of 8 or more
+    log = derived is not None or (len(values) > 2 and values[0] > 0
+                                  and values[-1] / values[0] >= 8)
+    for ax in (left, right):
+        ax.set_xlabel(derived[1] if derived else axis)
+        if log:
+            ax.set_xscale("log", base=2)
+        if not derived:
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.minorticks_off()
+        ax.grid(alpha=0.3)
+    left.set(ylabel="solve rate", ylim=(-0.03, 1.03), title=f"solve rate vs {axis}")
+    right.set(ylabel="median steps to emergence (x: never)",
+              title=f"median steps (95% CI) vs {axis}")
+    left.legend(fontsize=7)
+
+
+def _factor_heatmaps(fig, left, right, axes: list[str], name: str, members) -> None:
+    from matplotlib import patheffects
+
+    xs = sorted({v[0] for v, _ in members})
+    ys = sorted({v[1] for v, _ in members})
+    solve = np.full((len(ys), len(xs)), np.nan)
+    steps = np.full((len(ys), len(xs)), np.nan)
+    never = np.zeros((len(ys), len(xs)), dtype=bool)
+    for (x, y), row in members:
+        i, j = ys.index(y), xs.index(x)
+        solve[i, j] = row["solve_rate"]
+        steps[i, j], never[i, j] = _median_or_budget(row)
+    for ax, data, title, cmap in ((left, solve, "solve rate", "viridis"),
+                                  (right, steps, "median steps to emergence", "magma_r")):
+        im = ax.imshow(data, origin="lower", cmap=cmap, aspect="auto")
+        fig.colorbar(im, ax=ax)
+        for i in range(len(ys)):
+            for j in range(len(xs)):
+                if not np.isnan(data[i, j]):
+                    text = ("never" if never[i, j] and data is steps
+                            else f"{data[i, j]:.2f}" if data is solve else f"{data[i, j]:.0f}")
+                    ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                            path_effects=[patheffects.withStroke(linewidth=2.5, foreground="w")])
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
+        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
+        ax.set(xlabel=axes[0], ylabel=axes[1], title=f"{title}\n{name}")
+
+
+# --- one seed per row ----------------------------------------------------------------------------
+def representative(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median emerger (by steps-to-emergence), or the seed that got closest when none did."""
+    emerged = sorted((r for r in runs if r["status"] == "emerged"),
+                     key=lambda r: (r["steps_to_emergence"], r["config"]["seed"]))
+    if emerged:
+        return emerged[(len(emerged) - 1) // 2]
+    metric = runs[0]["config"]["emergence"]["metric"]
+    sign = -1 if higher_is_better(metric) else 1
+    return min(runs, key=lambda r: sign * r["final_metrics"].get(metric, math.inf))
+
+
+def dynamics(path: Path, rows: list[Row]) -> bool:
+    """Draw `dynamics.png`; False (nothing written) when no row has recorded curves."""
+    shown = [(row, representative(row["runs"])) for row in rows]
+    shown = [(row, run) for row, run in shown if run.get("curves")]
+    if not shown:
+        return False
+    plt = _pyplot()
+    fig, grid = plt.subplots(len(shown), 2, figsize=(12, 2.9 * len(shown)), squeeze=False)
+    for (row, run), (left, right) in zip(shown, grid):
+        curves = run["curves"]
+        steps = curves["step"]
+        left.plot(steps, curves["val/token_acc"], color="C0", label="held-out")
+        if "train/token_acc" in curves:
+            left.plot(steps, curves["train/token_acc"], color="C1", ls="--", label="training probe")
+        if run.get("references"):
+            left.axhline(run["references"]["no_context"]["token_acc"], color="grey", ls=":",
+                         lw=0.9, label="no context")
+        left.set(ylim=(-0.03, 1.03), ylabel="token accuracy")
+        left.legend(fontsize=7, loc="lower right")
+        layers = sorted(k for k in curves if k.startswith("val/parent_mass_l"))
+        for k in layers:
+            right.plot(steps, curves[k], label=f"layer {k.rsplit('_l', 1)[1]}")
+        if layers:
+            right.set(ylim=(-0.03, 1.03), ylabel="mass on parents")
+            right.legend(fontsize=7, loc="lower right")
+        else:
+            right.text(0.5, 0.5, "no attention to read", ha="center", va="center",
+                       transform=right.transAxes, color="grey")
+            right.set_xlim(left.get_xlim())
+        end, emerged = run.get("plateau_end"), run["steps_to_emergence"]
+        for ax in (left, right):
+            if end is not None:
+                ax.axvline(end, color="grey", ls="--", lw=0.9)
+            if emerged is not None:
+                ax.axvline(emerged, color="k", lw=1.1)
+            ax.grid(alpha=0.3)
+        seed = run["config"]["seed"]
+        outcome = run["status"]
+        if emerged is not None:
+            outcome = f"emerged at step {emerged} (solid)" + (
+                f", plateau ends at {end} (dashed)" if end is not None else
+                f"; {run.get('width_note') or 'no plateau recorded'}")
+        left.set_title(f"{row['task']}\n{row['architecture']}, seed {seed}: {outcome}",
+                       fontsize=8)
+        right.set_title("attention mass on the ground-truth parents (max over heads)", fontsize=8)
+    grid[-1][0].set_xlabel("training step")
+    grid[-1][1].set_xlabel("training step")
+    _save(fig, path)
+    return True
+
+
+def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
+    """Draw `attention.png` for up to `limit` attention rows; False when there is none."""
+    from datamodules import build_task
+
+    from ..training.config import load_task_config
+
+    shown = []
+    for row in rows:
+        run = representative(row["runs"])
+        if run.get("learned_patterns"):
+            best = max(run["learned_patterns"], key=lambda p: p["parent_mass"])
+            shown.append((row, run, best))
+    if not shown:
+        return False
+    shown = shown[:limit]
+    plt = _pyplot()
+    fig, grid = plt.subplots(len(shown), 2, figsize=(9, 4.2 * len(shown)), squeeze=False)
+    for (row, run, best), (left, right) in zip(shown, grid):
+        truth = build_task(load_task_config(run["config"]["task"]),
+                           seed=run["config"]["seed"]).attention_target()
+        left.imshow(truth.numpy(), cmap="Greys", vmin=0, vmax=1)
+        left.set_title(f"ground truth\n{row['task']}", fontsize=8)
+        right.imshow(np.asarray(best["map"]), cmap="viridis", vmin=0, vmax=1)
+        right.set_title(f"{row['architecture']}, seed {run['config']['seed']} ({run['status']})\n"
+                        f"layer {best['layer']} head {best['head']}: "
+                        f"mass on parents {best['parent_mass']:.2f}", fontsize=8)
+        for ax in (left, right):
+            ax.set(xlabel="input position read", ylabel="output position")
+    _save(fig, path)
+    return True

@@ -1,0 +1,81 @@
+"""`bench status DIR`: a sweep's state read from its results database, live or finished."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core import markdown
+from ..sweeps.results import FINISHED, ResultsDB
+from ..sweeps.sweep import SweepLock
+from .labels import row_labels
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def sweep_status(out: Path) -> dict[str, Any]:
+    db = ResultsDB(out / ResultsDB.FILENAME)
+    try:
+        rows, counts = db.rows(), db.counts()
+        name, workers = db.meta("name", out.name), db.meta("workers", 1)
+        started = db.meta("started_at")
+    finally:
+        db.close()
+    live = SweepLock.held(out)
+    now = time.time()
+    done = sum(counts[s] for s in FINISHED)
+    remaining = counts["pending"] + counts["running"] + counts["failed"]
+    job_times = [r["finished_at"] - r["started_at"] for r in rows
+                 if r["status"] in FINISHED and r["started_at"] and r["finished_at"]]
+    eta = (statistics.mean(job_times) * remaining / workers) if job_times and remaining else None
+    last = max((r["finished_at"] for r in rows if r["finished_at"]), default=started)
+    elapsed = ((now if live else last) - started) if started else None
+
+    groups: dict[tuple[str, str, float], dict[str, int]] = {}
+    for r in rows:
+        task, arch = row_labels(json.loads(r["config"]))
+        g = groups.setdefault((task, arch, r["lr"]), {"jobs": 0, "done": 0, "emerged": 0,
+                                                      "running": 0, "failed": 0})
+        g["jobs"] += 1
+        g["done"] += r["status"] in FINISHED
+        g["emerged"] += r["status"] == "emerged"
+        g["running"] += r["status"] == "running"
+        g["failed"] += r["status"] == "failed"
+
+    lines = [f"sweep {name}: {done}/{len(rows)} finished ("
+             + ", ".join(f"{counts[s]} {s}" for s in FINISHED) + f"), {counts['failed']} failed, "
+             + f"{counts['running']} running, {counts['pending']} pending"]
+    if live:
+        lines.append("live: a sweep process holds this directory"
+                     + (f"; elapsed {_duration(elapsed)}" if elapsed is not None else "")
+                     + (f"; ETA {_duration(eta)}" if eta is not None else ""))
+    else:
+        state = "complete" if done == len(rows) else "stopped; `bench sweep` again to resume"
+        lines.append(f"not running ({state})"
+                     + (f"; ran {_duration(elapsed)}" if elapsed is not None else ""))
+    header = ["task", "architecture", "lr", "done", "emerged", "running", "failed"]
+    lines += ["", *markdown.table(header, [
+        [task, f"`{arch}`", f"{lr:g}", f"{g['done']}/{g['jobs']}", g["emerged"], g["running"],
+         g["failed"]] for (task, arch, lr), g in groups.items()])]
+    for r in rows:
+        if r["status"] == "running":
+            what = "running" if live else "interrupted"
+            since = f" for {_duration(now - r['started_at'])}" if r["started_at"] else ""
+            lines.append(f"{what}: {r['id']} on {r['worker']}{since if live else ''}")
+        if r["status"] == "failed":
+            error = (r["error"] or "").strip().splitlines()
+            lines.append(f"failed: {r['id']} (attempt {r['attempts']}): "
+                         f"{error[-1] if error else '?'}")
+    return {"name": name, "live": live, "counts": counts, "total": len(rows),
+            "elapsed_s": elapsed, "eta_s": eta, "text": "\n".join(lines),
+            "jobs": [{k: r[k] for k in ("id", "status", "task", "arch", "seed", "lr",
+                                        "steps_to_emergence", "attempts", "worker")}
+                     for r in rows]}

@@ -1,0 +1,58 @@
+"""What identifies a job and a leaderboard row: a content hash of the resolved config, less the
+knobs that change speed or hardware, not the experiment (a job id with the seed, a row without).
+Pure Python: sweeps, tables and figures all key by these."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+SPEED_ONLY = ("compile",)  # train fields that change speed, not the experiment
+# trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
+HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")
+
+
+def experiment(config: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config (as a dict) less the knobs that change speed or hardware, not the
+    experiment: the part job ids and leaderboard rows are keyed by (results from before a knob
+    existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
+    train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
+    out = {**config, "train": train}
+    if "trainer" in config:
+        out["trainer"] = {k: v for k, v in config["trainer"].items() if k not in HARDWARE_ONLY}
+    return out
+
+
+def content_hash(data: Any, length: int) -> str:
+    """Hex digest of `data` as canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:length]
+
+
+def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> str:
+    """Hash of a job's config less the seed: one leaderboard row per value."""
+    config = {k: v for k, v in experiment(config).items() if k not in without}
+    if "lr" in without:
+        config["train"] = {k: v for k, v in config["train"].items() if k != "lr"}
+    return content_hash(config, 10)
+
+
+def by_row(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Finished runs grouped by leaderboard row (their config hash less the seed)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(group_key(r["config"]), []).append(r)
+    return groups
+
+
+def survival_sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
+    """(steps-to-emergence, or the budget for a seed that never emerged; emerged or not)."""
+    times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
+             for r in runs]
+    return times, [r["status"] == "emerged" for r in runs]
+
+
+def lr_preference(median: float, solve_rate: float, lr: float) -> tuple[float, float, float]:
+    """Sort key of a learning rate: the lowest KM median steps-to-emergence, then the higher
+    solve rate, then the smaller rate."""
+    return median, -solve_rate, lr

@@ -1,0 +1,27 @@
+"""Seeds as a spec gives them: a count or a list, validated; tuning seeds start apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TUNE_SEED_START = 1000  # `tune: {seeds: n}` means seeds 1000 .. 1000 + n - 1
+
+
+def seed_list(seeds: Any, where: str, start: int = 0) -> list[int]:
+    """A count n (seeds start .. start+n-1) or an explicit list of seeds, validated."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int | list):
+        raise ValueError(f"{where}: must be a count or a list of seeds, got {seeds!r}")
+    if isinstance(seeds, int):
+        if not 1 <= seeds <= MAX_SEEDS:
+            raise ValueError(f"{where}: must be in 1..{MAX_SEEDS}, got {seeds}")
+        return list(range(start, start + seeds))
+    if not seeds:
+        raise ValueError(f"{where}: an empty list; give a count or at least one seed")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds):
+        raise ValueError(f"{where}: every seed must be an integer in [0, 2^63), got {seeds}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{where}: listed twice in {seeds}")
+    return list(seeds)
+
+
+MAX_SEEDS = 10_000

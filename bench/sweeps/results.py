@@ -1,0 +1,200 @@
+"""The results database of a sweep: one SQLite file, one row per job.
+
+A row is created `pending` when its sweep first lists it, becomes `running` when a worker claims
+it, and ends `emerged`, `censored`, `diverged` (the run's outcome) or `failed` (the job raised).
+Each change is one transaction, so a process killed at any moment leaves every row either as it
+was or as it became. Several processes may write at once (WAL journal, busy timeout).
+
+The file is marked with SQLite's `application_id`; a file that is not SQLite, or an SQLite file
+of something else, is refused rather than overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+
+APPLICATION_ID = 0x454D4231  # "EMB1"
+SCHEMA_VERSION = 1
+FINISHED = ("emerged", "censored", "diverged")
+STATUSES = ("pending", "running", *FINISHED, "failed")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,         -- order in the sweep spec
+    in_spec INTEGER NOT NULL DEFAULT 1, -- listed by the spec the sweep last ran
+    task TEXT NOT NULL,
+    arch TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    lr REAL NOT NULL,
+    config TEXT NOT NULL,              -- the resolved RunConfig, JSON
+    status TEXT NOT NULL DEFAULT 'pending',
+    steps_to_emergence INTEGER,
+    steps INTEGER,
+    wall_time_s REAL,
+    steps_per_s REAL,
+    result TEXT,                       -- result.json of a finished run
+    error TEXT,                        -- traceback of a failed job
+    versions TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    worker TEXT,                       -- host:pid of the last claim
+    started_at REAL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class ResultsDB:
+    """A sweep's `results.sqlite`. Open one per process; every method is one transaction."""
+
+    FILENAME = "results.sqlite"
+
+    def __init__(self, path: Path | str, create: bool = False):
+        self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise ConfigError(f"{self.path.parent}: no results database ({self.path.name}) here")
+        self._fail_if_foreign()
+        self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        try:
+            self.conn.execute("PRAGMA busy_timeout = 60000")
+            app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables and app_id != APPLICATION_ID:
+                raise ConfigError(f"{self.path}: an SQLite database of something else "
+                                  "(not an emergence-bench results database); refusing to touch it")
+            if not tables:
+                self._create()
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
+                raise ConfigError(f"{self.path}: results schema version {version}, this "
+                                  f"emergence-bench reads version {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise ConfigError(f"{self.path}: not a readable results database ({e})") from None
+        except ConfigError:
+            self.conn.close()
+            raise
+
+    def _fail_if_foreign(self) -> None:
+        if self.path.is_file() and self.path.stat().st_size:
+            with self.path.open("rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    raise ConfigError(f"{self.path}: not an SQLite file (corrupt or foreign); "
+                                      "refusing to overwrite it")
+
+    def _create(self) -> None:
+        # one transaction: a file is either empty or a complete, marked results database
+        self.conn.executescript(f"BEGIN IMMEDIATE; {SCHEMA}; "
+                                f"PRAGMA application_id = {APPLICATION_ID}; "
+                                f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        self.conn.execute("PRAGMA journal_mode = WAL")
+
+    def transaction(self):
+        return _Transaction(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- the sweep's side ----------------------------------------------------------------
+    def sync(self, jobs: Iterable[Any], meta: dict[str, Any]) -> None:
+        """List the spec's jobs (new ones `pending`), mark the rest as not in the spec."""
+        with self.transaction():
+            self.conn.execute("UPDATE jobs SET in_spec = 0")
+            for position, job in enumerate(jobs):
+                config = job.to_dict()
+                self.conn.execute(
+                    "INSERT INTO jobs (id, position, task, arch, seed, lr, config) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET position = excluded.position, in_spec = 1",
+                    (job.job_id(), position, config["task"]["name"], config["arch"]["name"],
+                     job.seed, job.train.lr, json.dumps(config, sort_keys=True)),
+                )
+            for key, value in meta.items():
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                  (key, json.dumps(value)))
+
+    def requeue_interrupted(self) -> int:
+        """Rows left `running` or `failed` by an earlier sweep go back to `pending`."""
+        with self.transaction():
+            cur = self.conn.execute(
+                "UPDATE jobs SET status = 'pending', worker = NULL "
+                "WHERE status IN ('running', 'failed') AND in_spec = 1")
+            return cur.rowcount
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    # --- the worker's side ---------------------------------------------------------------
+    def claim(self, job_id: str) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, "
+                "started_at = ?, finished_at = NULL, error = NULL WHERE id = ?",
+                (f"{socket.gethostname()}:{os.getpid()}", time.time(), job_id))
+
+    def finish(self, job_id: str, result: dict[str, Any]) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE jobs SET status = ?, steps_to_emergence = ?, steps = ?, wall_time_s = ?, "
+                "steps_per_s = ?, result = ?, versions = ?, error = NULL, finished_at = ? "
+                "WHERE id = ?",
+                (result["status"], result["steps_to_emergence"], result["steps"],
+                 result["wall_time_s"], result["steps_per_s"], _json(result),
+                 _json(result["versions"]), time.time(), job_id))
+
+    def fail(self, job_id: str, error: str, versions: dict[str, str]) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE jobs SET status = 'failed', error = ?, versions = ?, finished_at = ? "
+                "WHERE id = ?", (error, _json(versions), time.time(), job_id))
+
+    # --- reading -------------------------------------------------------------------------
+    def rows(self, where: str = "in_spec = 1", params: tuple = ()) -> list[dict[str, Any]]:
+        cur = self.conn.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY position", params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def results(self) -> list[dict[str, Any]]:
+        """result.json of every finished job of the current spec, in spec order."""
+        marks = ", ".join("?" * len(FINISHED))
+        return [json.loads(r["result"]) for r in self.rows(
+            f"in_spec = 1 AND status IN ({marks})", FINISHED)]
+
+    def counts(self) -> dict[str, int]:
+        found = dict(self.conn.execute(
+            "SELECT status, count(*) FROM jobs WHERE in_spec = 1 GROUP BY status").fetchall())
+        return {s: found.get(s, 0) for s in STATUSES}
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error): writers queue on the lock, never fail."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _json(data: Any) -> str:
+    """JSON that keeps a diverged run's NaN (Python's json reads it back)."""
+    return json.dumps(data, default=str, allow_nan=True)
+
+
+__all__ = ["FINISHED", "STATUSES", "ResultsDB"]

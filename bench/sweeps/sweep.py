@@ -1,0 +1,443 @@
+"""Sweeps: a YAML spec expanded into jobs, run by an executor, recorded in one SQLite database.
+
+Grids: any field of a task or an architecture entry may be a list (the cartesian product is
+taken), `seeds` is a count or a list, and `train.lr` may be a list (the leaderboard then reports
+each architecture at its best learning rate, chosen on the same seeds). Fairer: `tune` chooses
+each row's rate on tuning seeds disjoint from the reported ones, then trains the reported seeds
+at that rate only. Every job (its task instance and emergence threshold included) is validated
+before anything is written, and its id is a hash of its resolved config.
+
+Resume: a job whose row is finished is skipped; rows left `running` by a killed sweep, and failed
+ones, run again. One sweep at a time per directory (an advisory lock that dies with its process).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from tqdm.auto import tqdm
+
+from datamodules import TASKS
+
+from ..core.errors import ConfigError
+from ..core.rows import by_row, group_key, lr_preference, survival_sample
+from ..core.seeds import TUNE_SEED_START, seed_list
+from ..core.stats import kaplan_meier
+from ..training.config import RunConfig, build_section, load_run_config
+from .results import FINISHED, ResultsDB
+
+
+@dataclass
+class SweepSpec:
+    name: str = "sweep"
+    """title of the leaderboard"""
+    task: Any = None
+    """a task section (task.name and its fields; a list value is a grid), or a list of them"""
+    archs: list[Any] = field(default_factory=list)
+    """architecture sections (a list value is a grid); each resolved config is a leaderboard row"""
+    seeds: Any = 4
+    """a count (seeds 0 .. n-1) or a list of seeds, for every configuration"""
+    train: dict[str, Any] = field(default_factory=dict)
+    """training fields; `lr` may be a list (a grid: the best per architecture is reported)"""
+    emergence: dict[str, Any] = field(default_factory=dict)
+    trainer: dict[str, Any] = field(default_factory=dict)
+    claim: str = ""
+    """the claim the leaderboard tests, printed above its table"""
+    plots: list[list[str]] = field(default_factory=list)
+    """factor plots: each one or two axes (task.FIELD, arch.FIELD, train.FIELD, or an axis the
+    task derives: a linear map's supports =
+    C(S, s)) against which solve rate and median steps are drawn (a line, or heatmaps)"""
+    tests: list[Any] = field(default_factory=list)
+    """the claim's tests: {compare: FIELD} (optionally against: VALUE) or {trend: FIELD}; each
+    entry is one family of comparisons, Holm-adjusted (bench.analysis.claims runs them)"""
+    tune: dict[str, Any] = field(default_factory=dict)
+    """{lr: [rates], seeds: count or list}: choose each row's learning rate on these seeds
+    (a count n means seeds 1000 .. 1000+n-1), disjoint from `seeds`; the table reports only
+    `seeds`, each row at its chosen rate"""
+
+    def __post_init__(self) -> None:
+        if not self.archs:
+            raise ValueError("archs: must list at least one architecture")
+        if not all(isinstance(a, dict) for a in self.archs):
+            raise ValueError("archs: every entry must be a mapping with a name")
+        if not self.tasks or not all(isinstance(t, dict) for t in self.tasks):  # None too
+            raise ValueError("task: must be a mapping or a non-empty list of mappings")
+        self.seed_list()  # validates
+        for key, value in self.train.items():
+            if isinstance(value, list) and key != "lr":
+                raise ValueError(f"train.{key}: only train.lr may be a list (a grid)")
+        if self.train.get("lr") == []:
+            raise ValueError("train.lr: an empty grid; give a number or a non-empty list")
+        check_tests(self.tests)
+        self._check_tune()
+        for axes in self.plots:
+            if not 1 <= len(axes) <= 2:
+                raise ValueError(f"plots: each plot has one or two axes, got {list(axes)}")
+            for axis in axes:
+                if (derived_axis(axis) is None
+                        and axis.split(".")[0] not in ("task", "arch", "train")):
+                    raise ValueError(f"plots: unknown axis '{axis}'; allowed: task.FIELD, "
+                                     "arch.FIELD, train.FIELD, " + ", ".join(DERIVED_AXES))
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        return self.task if isinstance(self.task, list) else [self.task]
+
+    def seed_list(self) -> list[int]:
+        return seed_list(self.seeds, "seeds")
+
+    def tune_seeds(self) -> list[int]:
+        return seed_list(self.tune["seeds"], "tune.seeds", TUNE_SEED_START) if self.tune else []
+
+    def _check_tune(self) -> None:
+        if not self.tune:
+            return
+        unknown = set(self.tune) - {"lr", "seeds"}
+        if unknown or set(self.tune) != {"lr", "seeds"}:
+            raise ValueError(f"tune: needs exactly lr (a list of rates) and seeds (a count or "
+                             f"a list), got {sorted(self.tune)}")
+        rates = self.tune["lr"]
+        if (not isinstance(rates, list) or len(rates) < 2
+                or not all(isinstance(r, int | float) and not isinstance(r, bool)
+                           and math.isfinite(r) and r > 0 for r in rates)):
+            raise ValueError(f"tune.lr: a list of at least two positive rates, got {rates!r}")
+        if "lr" in self.train:
+            raise ValueError("train.lr: set by tune (each row's rate is chosen from tune.lr); "
+                             "remove it")
+        overlap = set(self.tune_seeds()) & set(self.seed_list())
+        if overlap:
+            raise ValueError(f"tune.seeds: must be disjoint from seeds; both list "
+                             f"{sorted(overlap)[:5]}")
+
+
+def grid(section: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The cartesian product of a section whose values may be lists."""
+    axes = []
+    for key, value in section.items():
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ConfigError(f"{where}.{key}: an empty grid; give a value or a non-empty list")
+        axes.append([(key, v) for v in values])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def load_spec(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
+    """The spec at `path`, with `overrides` (key=value, e.g. trainer.accelerator=gpu) merged in."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such sweep spec")
+    try:
+        raw = OmegaConf.load(path)
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict) and not OmegaConf.is_dict(raw):
+        raise ConfigError(f"{path}: a sweep spec is a mapping (name, task, archs, seeds, ...)")
+    for item in overrides:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"--set {item}: expected key=value, e.g. trainer.accelerator=gpu")
+        try:
+            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist([item]))
+        except (OmegaConfBaseException, ValueError) as e:
+            raise ConfigError(f"--set {item}: {str(e).splitlines()[0]}") from None
+    return build_section(SweepSpec, raw, "")
+
+
+def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunConfig]:
+    """The reported jobs of the spec, validated, in (task, architecture, lr, seed) order. With
+    `tune`, each row trains at its rate in `rates` (keyed by the row's config less seed and lr);
+    without `rates` the rows are validated at the first tuning rate."""
+    if spec.tune:
+        jobs = _expand(spec, [spec.tune["lr"][0]], spec.seed_list())
+        if rates is not None:
+            jobs = [dataclasses.replace(j, train=dataclasses.replace(
+                j.train, lr=rates[group_key(j.to_dict(), ("seed", "lr"))])) for j in jobs]
+        return jobs
+    lrs = spec.train.get("lr")
+    return _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
+
+
+def tuning_jobs(spec: SweepSpec) -> list[RunConfig]:
+    """Every row at every tuning rate on the tuning seeds (none without `tune`)."""
+    return _expand(spec, spec.tune["lr"], spec.tune_seeds()) if spec.tune else []
+
+
+def choose_rates(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Each row's learning rate from its tuning runs (the leaderboard's order of preference)."""
+    families: dict[str, list[tuple]] = {}
+    for runs in by_row(results).values():
+        km = kaplan_meier(*survival_sample(runs))
+        lr = runs[0]["config"]["train"]["lr"]
+        family = group_key(runs[0]["config"], ("seed", "lr"))
+        families.setdefault(family, []).append(lr_preference(km.median, km.events / len(runs),
+                                                             lr))
+    return {family: min(prefs)[2] for family, prefs in families.items()}
+
+
+def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig]:
+    jobs = []
+    for t, task_section in enumerate(spec.tasks):
+        for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
+            for i, arch_section in enumerate(spec.archs):
+                for arch in grid(arch_section, f"archs[{i}]"):
+                    for lr in lrs:
+                        train = {**spec.train, **({"lr": lr} if lr is not None else {})}
+                        for seed in seeds:
+                            jobs.append(_job(task, arch, train, spec, seed, i))
+    check_sweep_trainer(spec.trainer)
+    check_plot_axes(spec.plots, jobs)
+    ids = [job.job_id() for job in jobs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("archs: two entries resolve to the same architecture config")
+    check_tasks(jobs)
+    return jobs
+
+
+def check_tests(tests: list[Any]) -> None:
+    """Each entry names one kind of test and a field; checked when the spec is loaded."""
+    for entry in tests:
+        if not isinstance(entry, dict) or len(set(entry) & {"compare", "trend"}) != 1:
+            raise ValueError(f"tests: each entry is {{compare: FIELD}} (optionally with "
+                             f"against: VALUE) or {{trend: FIELD}}, got {entry!r}")
+        extra = set(entry) - {"compare", "trend", "against"}
+        if extra or ("against" in entry and "trend" in entry):
+            raise ValueError(f"tests: unknown keys {sorted(extra) or ['against']} in {entry!r}; "
+                             "allowed: compare, against, trend")
+        field = entry.get("compare") or entry.get("trend")
+        if not isinstance(field, str) or field.split(".")[0] not in ("task", "arch", "train"):
+            raise ValueError(f"tests: '{field}' is not task.FIELD, arch.FIELD or train.FIELD")
+
+
+def check_tasks(jobs: list[RunConfig]) -> None:
+    """Build each job's task instance (one per task config and seed) and check its emergence
+    threshold against it, before anything is written."""
+    from ..training.run import build_run_task
+
+    seen = set()
+    for job in jobs:
+        key = (repr(job.task), job.seed if job.task.task_seed == "per_seed" else None,
+               repr(job.emergence), job.train.eval_size)
+        if key not in seen:
+            seen.add(key)
+            build_run_task(job)
+
+
+DERIVED_AXES = {axis: info for schema, _ in TASKS.values() for axis, info in schema.DERIVED.items()}
+
+
+def derived_axis(axis: str) -> tuple[str, str] | None:
+    """(the field it stands in for, its figure title) of an axis a task derives, else None."""
+    return DERIVED_AXES.get(axis)
+
+
+def axis_value(config: dict[str, Any], axis: str) -> float:
+    """A row's value on an axis: `section.field` of its config, or an axis its task derives
+    from its fields (a linear map's `supports` = C(S, s))."""
+    if "." not in axis:
+        task = config["task"]
+        schema = TASKS[task["name"]][0]
+        if axis not in schema.DERIVED:
+            raise ConfigError(f"plots: '{axis}' is not an axis of the {task['name']} task; "
+                              f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
+        return schema.derived(axis, task)
+    section, _, name = axis.partition(".")
+    if name not in config.get(section, {}):
+        raise ConfigError(f"plots: '{axis}' is not a field of every row's {section}")
+    return config[section][name]
+
+
+def check_plot_axes(plots: list[list[str]], jobs: list[RunConfig]) -> None:
+    """Every plot axis reads a value from every job, checked before anything trains."""
+    configs = [job.to_dict() for job in jobs]
+    for axis in {a for axes in plots for a in axes}:
+        for config in configs:
+            axis_value(config, axis)
+
+
+def check_sweep_trainer(trainer: dict[str, Any]) -> None:
+    """A multi-device job in a sweep must start its ranks itself (a `*spawn` strategy): `ddp`
+    would rerun the whole sweep command once per rank."""
+    devices = trainer.get("devices", 1)
+    many = (devices in (-1, "-1", "auto") or (isinstance(devices, int) and devices > 1)
+            or (isinstance(devices, list | str) and len(str(devices).split(",")) > 1))
+    strategy = str(trainer.get("strategy", "auto"))
+    if many and "spawn" not in strategy:
+        raise ConfigError(f"trainer.strategy: '{strategy}' with several devices relaunches the "
+                          "command per rank, which a sweep cannot; use ddp_spawn in sweeps")
+
+
+def _job(task, arch, train, spec, seed, i) -> RunConfig:
+    overrides = {"task": task, "arch": arch, "train": train, "emergence": spec.emergence,
+                 "trainer": spec.trainer, "seed": seed}
+    try:
+        return load_run_config(overrides)
+    except ConfigError as e:
+        where = f"archs[{i}]: " if str(e).startswith("arch.") else ""
+        raise ConfigError(f"{where}{e}") from None
+
+
+# --- running ---------------------------------------------------------------------------------
+class SweepLock:
+    """An advisory lock on `out/.lock`: one live sweep per directory; released when it dies."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> SweepLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise ConfigError(f"{self.path.parent}: another sweep (pid {holder}) is running "
+                              "in this directory") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # closing releases the lock
+
+    @staticmethod
+    def held(out: Path) -> bool:
+        path = out / ".lock"
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+
+def check_out_dir(out: Path) -> None:
+    """`out` is, or can be created as, a writable directory: checked before anything is written."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"--out: {out} cannot be created ({probe} is not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: {out} is not writable ({probe} is read-only)")
+    db = out / ResultsDB.FILENAME
+    if db.exists():  # refuse a corrupt or foreign database before touching anything
+        ResultsDB(db).close()
+
+
+def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
+              options: dict[str, Any] | None = None, progress: bool = True,
+              keep: Callable[[RunConfig], bool] | None = None) -> dict[str, int]:
+    """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
+    per status."""
+    from .executors import resolve_executor
+
+    options = options or {}
+    out = out.absolute()
+    kept = (lambda jobs: jobs) if keep is None else (lambda jobs: [j for j in jobs if keep(j)])
+    tuning = kept(tuning_jobs(spec))
+    jobs = kept(expand(spec))  # validated before anything is written (rates still unknown)
+    runner = resolve_executor(executor, workers, options)
+    check_out_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"name": spec.name, "executor": executor, "workers": workers,
+            "spec": OmegaConf.to_container(OmegaConf.structured(spec))}
+    with SweepLock(out):
+        if tuning:  # first the tuning seeds; their results choose each row's rate
+            _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)")
+            db = ResultsDB(out / ResultsDB.FILENAME)
+            try:
+                ids = {job.job_id() for job in tuning}
+                rates = choose_rates([json.loads(r["result"]) for r in db.rows()
+                                      if r["id"] in ids and r["status"] in FINISHED])
+            finally:
+                db.close()
+            missing = {group_key(j.to_dict(), ("seed", "lr")) for j in jobs} - set(rates)
+            if missing:  # a row whose every tuning job failed has no rate to report at
+                return _counts(out)
+            jobs = kept(expand(spec, rates))
+        return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
+                         spec.name)
+
+
+def _counts(out: Path) -> dict[str, int]:
+    db = ResultsDB(out / ResultsDB.FILENAME)
+    try:
+        return db.counts()
+    finally:
+        db.close()
+
+
+def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: dict[str, Any],
+              progress: bool, meta: dict[str, Any], title: str) -> dict[str, int]:
+    """List `jobs` as the sweep's jobs and run the unfinished ones; return counts per status."""
+    db = ResultsDB(out / ResultsDB.FILENAME, create=True)
+    try:
+        history = seed_history(db, meta["spec"])
+        db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs),
+                       "seed_history": history})
+        db.requeue_interrupted()
+        todo = [json.loads(r["config"]) for r in db.rows("in_spec = 1 AND status = 'pending'")]
+        counts = db.counts()
+        done = sum(counts[s] for s in FINISHED)
+        bar = tqdm(total=len(jobs), initial=done, desc=title, unit="job",
+                   disable=not progress, dynamic_ncols=True)
+        emerged, failed = counts["emerged"], 0
+        bar.set_postfix(emerged=emerged, failed=failed)
+        for summary in runner(todo, out, workers, options):
+            emerged += summary["status"] == "emerged"
+            failed += summary["status"] == "failed"
+            bar.update(1)
+            bar.set_postfix(emerged=emerged, failed=failed, refresh=False)
+            if summary["status"] == "failed":
+                bar.write(f"job {summary['id']} failed: {summary['error']}")
+        bar.close()
+        return db.counts()
+    finally:
+        db.close()
+
+
+
+
+def seed_history(db: ResultsDB, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record of a spec's seeds growing after runs had finished (a look at the results before
+    the sample was fixed): earlier entries, plus one when this sweep grows the seeds."""
+    history = db.meta("seed_history", [])
+    before = (db.meta("spec") or {}).get("seeds")
+    finished = sum(db.counts()[s] for s in FINISHED)
+    if before is None or not finished:
+        return history
+    old, new = set(seed_list(before, "seeds")), set(seed_list(spec["seeds"], "seeds"))
+    if new > old:
+        history = [*history, {"at": time.strftime("%Y-%m-%d"), "from": len(old),
+                              "to": len(new), "finished_before": finished}]
+    return history
+
+
+def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The sweep's spec (as last run) and the result of every finished job of that spec."""
+    db = ResultsDB(out / ResultsDB.FILENAME)
+    try:
+        spec = db.meta("spec", {}) | {"name": db.meta("name", out.name),
+                                      "seed_history": db.meta("seed_history", [])}
+        return spec, db.results()
+    finally:
+        db.close()

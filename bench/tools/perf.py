@@ -1,0 +1,333 @@
+"""`bench perf`: the suite's Lightning training step against a bare PyTorch loop, per mixer.
+
+For every mixer and size, one process builds the model once and alternates, `repeats` times, a
+timed stretch of Lightning training (the runner's own Trainer, logger and callbacks) with the same
+number of steps of a bare loop over the same module, data generator, optimizer, scheduler and
+clip. Warm-up steps are excluded. From the same stretches it reports:
+
+- steps/s and tokens/s of both paths (median step time of each stretch, robust to the hiccups
+  of a shared machine) and their ratio per repeat (median and range);
+- the share of the bare step spent drawing the batch;
+- the share of wall time one held-out evaluation takes at the default cadence
+  (one evaluation pass / (pass + eval_every steps));
+- peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
+  ascending order in one process per mixer, so it includes the torch runtime);
+- per mixer, the exponent of step time against sequence length (a log-log fit over the lengths).
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..core import markdown
+from ..core.errors import ConfigError
+from ..training.config import load_run_config
+
+# the mixers of leaderboards/mixers.yaml (~100K parameters each)
+DEFAULT_ARCHS = ["transformer:n_heads=4,head_dim=16", "mlp_mixer:n_heads=8", "mamba:expand=1",
+                 "gated_deltanet:n_heads=2,head_dim=32", "rwkv:head_dim=16,low_rank_dim=8"]
+QUICKSTART = {"name": "linear_map", "state_size": 12, "sparsity": 1, "n_states": 2}  # L = 23
+
+
+@dataclass(frozen=True)
+class Size:
+    label: str
+    task: dict[str, Any]
+    batch_size: int
+
+
+def sizes(labels: list[str], batch: int) -> list[Size]:
+    """`quickstart` (the quickstart task, batch 64) or a sequence length in tokens (a linear map
+    of 16-token states, `batch` sequences; half of its training draws avoid the held-out part)."""
+    out = []
+    for label in labels:
+        if label == "quickstart":
+            out.append(Size(label, QUICKSTART, 64))
+            continue
+        if not label.isdigit() or int(label) < 32 or int(label) % 16:
+            raise ConfigError(f"--sizes: '{label}' is not quickstart or a length in tokens "
+                              "(a multiple of 16, >= 32)")
+        T = int(label) // 16
+        # a long sequence avoids held-out sources only if few states are held out
+        task = {"name": "linear_map", "state_size": 16, "sparsity": 2, "n_states": T,
+                "held_out": round(min(0.2, 1 - 0.5 ** (1 / (T - 1))), 4)}
+        out.append(Size(label, task, batch))
+    return out
+
+
+def parse_arch(text: str) -> dict[str, Any]:
+    """`name` or `name:key=value,key=value` -> an arch section."""
+    name, _, fields = text.partition(":")
+    section: dict[str, Any] = {"name": name}
+    for item in filter(None, fields.split(",")):
+        if "=" not in item:
+            raise ConfigError(f"--arch {text}: expected name:key=value,...")
+        key, value = item.split("=", 1)
+        section[key] = _scalar(value)
+    return section
+
+
+def _scalar(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+def configs(archs: list[str], size_list: list[Size], compile_: bool) -> list[list[Any]]:
+    """Validated run configs, one list (ascending sizes) per mixer; checked before anything runs."""
+    return [[load_run_config({"task": s.task, "arch": parse_arch(a),
+                              "train": {"batch_size": s.batch_size, "compile": compile_}})
+             for s in size_list] for a in archs]
+
+
+# --- measuring, inside one process per mixer ---------------------------------------------------
+def measure_mixer(cfgs: list[Any], labels: list[str], repeats: int, target_s: float,
+                  warmup: int, accelerator: str) -> list[dict[str, Any]]:
+    import torch
+
+    from ..training.run import quiet_lightning
+
+    quiet_lightning()
+    rows = []
+    for cfg, label in zip(cfgs, labels):
+        if accelerator == "gpu":
+            torch.cuda.reset_peak_memory_stats()
+        rows.append({"size": label, **_measure(cfg, repeats, target_s, warmup, accelerator)})
+    return rows
+
+
+def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) -> dict:
+    import resource
+
+    import torch
+
+    from datamodules import build_task
+
+    from ..training.lightning_module import EmergenceModule
+    from ..training.run import kernel_path
+
+    device = torch.device("cuda" if accelerator == "gpu" else "cpu")
+    task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size,
+                      probe_size=cfg.train.probe_size, seed=0)
+    torch.manual_seed(0)
+    module = EmergenceModule(cfg.arch, cfg.train, task).to(device)
+    bare = BareLoop(module, task, device)
+    first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
+    steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
+    lightning, plain, gen, evals = [], [], [], []
+    for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
+        step_s, eval_s = lightning_stretch(cfg, module, task, warmup, steps, accelerator)
+        lightning.append(step_s)  # median step time, robust to this machine's hiccups
+        evals.append(eval_s)
+        durations, gen_s = bare.run(steps)
+        plain.append(statistics.median(durations))
+        gen.append(gen_s / sum(durations))
+    ratio = [a / b for a, b in zip(lightning, plain)]
+    tokens = cfg.train.batch_size * task.n_tokens
+    step_l, step_b = statistics.median(lightning), statistics.median(plain)
+    eval_share = [e / (e + cfg.train.eval_every * s) for e, s in zip(evals, lightning)]
+    if accelerator == "gpu":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "arch": cfg.arch.name, "kernel_path": kernel_path(module), "seq_tokens": task.n_tokens,
+        "batch_size": cfg.train.batch_size, "params": sum(p.numel() for p in module.parameters()),
+        "compile": cfg.train.compile, "first_steps_s": first, "timed_steps": steps,
+        "lightning_steps_per_s": 1 / step_l, "bare_steps_per_s": 1 / step_b,
+        "lightning_tokens_per_s": tokens / step_l, "bare_tokens_per_s": tokens / step_b,
+        "lightning_step_ms": 1000 * step_l, "bare_step_ms": 1000 * step_b,
+        "overhead": statistics.median(ratio), "overhead_min": min(ratio),
+        "overhead_max": max(ratio), "batch_share": statistics.median(gen),
+        "eval_share": statistics.median(eval_share), "eval_every": cfg.train.eval_every,
+        "peak_mib": peak,
+    }
+
+
+class BareLoop:
+    """The 30-line loop a user would write: same module, generator, optimizer, scheduler, clip."""
+
+    def __init__(self, module, task, device):
+        import torch
+
+        self.module, self.task, self.device, self.step = module, task, device, 0
+        optim = module.configure_optimizers()
+        self.opt, self.sched = optim["optimizer"], optim["lr_scheduler"]["scheduler"]
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.clip = module.train_config.grad_clip
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def run(self, n: int) -> tuple[list[float], float]:
+        """Train n steps; return (seconds of each step, seconds spent drawing batches)."""
+        import torch
+
+        module = self.module.train()
+        self.sync()
+        durations, gen = [], 0.0
+        for _ in range(n):
+            t = time.perf_counter()
+            batch = self.task.train_batch(self.step, self.device)
+            gen += time.perf_counter() - t
+            loss = module.loss(batch)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.clip:
+                torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+            self.opt.step()
+            self.sched.step()
+            self.step += 1
+            self.sync()
+            durations.append(time.perf_counter() - t)
+        return durations, gen
+
+
+def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: str):
+    """Train warmup + steps through the runner's Trainer with one evaluation in the middle;
+    return (median seconds per timed step, seconds of that evaluation)."""
+    import dataclasses
+
+    from lightning.pytorch.callbacks import Callback
+
+    from ..training.run import build_trainer, emergence_callback
+
+    class Timer(Callback):
+        def __init__(self):
+            self.ends: list[float] = []
+            self.v0, self.val = 0.0, 0.0
+
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step >= warmup:
+                if accelerator == "gpu":
+                    import torch
+
+                    torch.cuda.synchronize()
+                self.ends.append(time.perf_counter())
+
+        def on_validation_start(self, trainer, *args):
+            self.v0 = time.perf_counter()
+
+        def on_validation_end(self, trainer, *args):
+            if not trainer.sanity_checking:  # the step-0 evaluation is not part of the cadence
+                self.val += time.perf_counter() - self.v0
+
+    timer = Timer()
+    mid = warmup + steps // 2
+    run_cfg = dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, max_steps=warmup + steps, eval_every=mid),
+        trainer={"accelerator": accelerator, "log_every_n_steps": cfg.train.eval_every})
+    emergence = emergence_callback(cfg, task)
+    emergence.tracker.criterion = dataclasses.replace(cfg.emergence, stop_early=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(run_cfg, Path(tmp), [emergence, timer], progress=False)
+        trainer.fit(module, datamodule=task)
+    # step time: the median gap between step ends (the gap holding the evaluation is an outlier)
+    return statistics.median(np.diff(timer.ends)), timer.val
+
+
+# --- the report -------------------------------------------------------------------------------
+def length_points(rows: list[dict[str, Any]], arch: str) -> list[tuple[int, float]]:
+    """(tokens per sequence, Lightning step ms) of one mixer at the length sizes, uncompiled."""
+    return sorted((r["seq_tokens"], r["lightning_step_ms"]) for r in rows
+                  if r["arch"] == arch and r["size"] != "quickstart" and not r["compile"])
+
+
+def exponents(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per mixer, d log(step time) / d log(length) over the length sizes (not quickstart)."""
+    out = {}
+    for arch in dict.fromkeys(r["arch"] for r in rows):
+        pts = length_points(rows, arch)
+        if len(pts) >= 2:
+            x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+            out[arch] = float(np.polyfit(x, y, 1)[0])
+    return out
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [f"# bench perf ({report['date']}, {m['device']}, torch {m['torch']}, "
+             f"{report['repeats']} repeats)", ""]
+    eval_every = report["rows"][0]["eval_every"] if report["rows"] else 50
+    lines += markdown.table(
+        ["mixer", "size", "L", "path", "compile", "Lightning steps/s", "bare steps/s",
+         "Lightning/bare step time [range]", "tokens/s", "batch gen", f"eval @{eval_every}",
+         "peak MiB"],
+        [[r["arch"], r["size"], r["seq_tokens"] - 1, r["kernel_path"],
+          "yes" if r["compile"] else "no", f"{r['lightning_steps_per_s']:.1f}",
+          f"{r['bare_steps_per_s']:.1f}", f"{r['overhead']:.3f} [{r['overhead_min']:.3f}, "
+          f"{r['overhead_max']:.3f}]", f"{r['lightning_tokens_per_s']:,.0f}",
+          f"{r['batch_share']:.1%}", f"{r['eval_share']:.1%}", f"{r['peak_mib']:,.0f}"]
+         for r in report["rows"]])
+    if report["exponents"]:
+        lines += ["", "Step time grows as L^k over the lengths measured: " + ", ".join(
+            f"{a} k={k:.2f}" for a, k in report["exponents"].items()) + "."]
+    lines += ["", "![step time vs length](perf.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(path: Path, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for arch, k in report["exponents"].items():
+        ax.plot(*zip(*length_points(report["rows"], arch)), marker="o", label=f"{arch} (k={k:.2f})")
+    ax.set(xscale="log", yscale="log", xlabel="tokens per sequence",
+           ylabel="training step (ms)", title="step time vs sequence length")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int, target_s: float,
+             warmup: int, compile_: bool, accelerator: str, out: Path) -> dict[str, Any]:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    import torch
+
+    from ..training.run import versions, write_json_atomic
+
+    if repeats < 1:
+        raise ConfigError(f"--repeats: must be >= 1, got {repeats}")
+    if accelerator not in ("cpu", "gpu"):
+        raise ConfigError(f"--accelerator: must be cpu or gpu, got '{accelerator}'")
+    if accelerator == "gpu" and not torch.cuda.is_available():
+        raise ConfigError("--accelerator: gpu, but CUDA is not available here")
+    size_list = sizes(size_labels, batch)
+    plans = configs(archs, size_list, False)
+    if compile_:  # compiled variants at the first size only: compilation costs minutes on CPU
+        plans += [[row[0]] for row in configs(archs, size_list[:1], True)]
+    rows = []
+    ctx = mp.get_context("spawn")  # a fresh process per mixer: clean peak memory, no cross-talk
+    for plan in tqdm(plans, desc="bench perf", unit="mixer"):
+        labels = [s.label for s in size_list][: len(plan)]
+        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+            rows += pool.submit(measure_mixer, plan, labels, repeats, target_s, warmup,
+                                accelerator).result()
+    device = (torch.cuda.get_device_name() if accelerator == "gpu"
+              else f"CPU ({platform.processor() or platform.machine()}, "
+                   f"{torch.get_num_threads()} threads)")
+    report = {"date": time.strftime("%Y-%m-%d"), "repeats": repeats,
+              "machine": {"device": device, "torch": torch.__version__},
+              "versions": versions(), "rows": rows, "exponents": exponents(rows)}
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "perf.json", report)
+    (out / "perf.md").write_text(to_markdown(report))
+    plot(out / "perf.png", report)
+    return report

@@ -1,0 +1,34 @@
+"""The Lightning callback that feeds each evaluation to the emergence tracker and stops a run
+once its outcome is known."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from ..core.emergence import EmergenceCriterion, EmergenceTracker
+
+
+class EmergenceCallback(Callback):
+    """Runs the tracker after every evaluation and stops training once the outcome is known."""
+
+    def __init__(self, criterion: EmergenceCriterion, baseline: float, solved: float):
+        self.tracker = EmergenceTracker(criterion, baseline, solved)
+        self._t0 = time.perf_counter()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the sanity check evaluates the whole set before the first step: the step-0 point
+        metrics = trainer.callback_metrics
+        value = float(metrics[self.tracker.criterion.metric])
+        if not math.isfinite(float(metrics.get("train/loss", 0.0))):
+            value = math.nan
+        value = trainer.strategy.broadcast(value, src=0)  # every rank takes rank 0's decision
+        status = self.tracker.update(trainer.global_step, value, time.perf_counter() - self._t0)
+        if status == "diverged" or (status == "emerged" and self.tracker.criterion.stop_early):
+            trainer.should_stop = True

@@ -1,0 +1,190 @@
+"""One config object per run: task, architecture, training, emergence criterion, trainer, seed.
+
+Configs are typed dataclasses merged by OmegaConf from dotlists (`task.sparsity=3`) or dicts, so a
+typo or a wrong type fails loudly. `task.name` and `arch.name` pick the schema of their section.
+Every problem surfaces as a `ConfigError` whose message is one line naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from architectures import ArchConfig, ContractError
+from architectures import resolve as resolve_arch
+from datamodules import TASKS, TaskConfig
+
+from ..core.emergence import EmergenceCriterion
+from ..core.errors import ConfigError
+from ..core.rows import content_hash, experiment
+
+
+@dataclass
+class TrainConfig:
+    max_steps: int = 3000
+    """training budget in optimizer steps; a run that has not emerged by then is censored"""
+    batch_size: int = 64
+    """sequences per optimizer step (global, whatever the device count)"""
+    lr: float = 1e-3
+    """peak AdamW learning rate"""
+    weight_decay: float = 0.01
+    """AdamW weight decay"""
+    warmup_steps: int = 100
+    """linear warm-up from 0 to lr, then constant"""
+    grad_clip: float = 1.0
+    """gradient-norm clip (0 = off)"""
+    eval_every: int = 50
+    """evaluate on the held-out set every this many steps"""
+    eval_size: int = 512
+    """held-out sequences evaluated when the held-out part has more than 2,048 states (a smaller
+    part is evaluated whole, each state once)"""
+    probe_size: int = 256
+    """training sequences evaluated beside them: accuracy on the training distribution, so
+    memorisation shows as a gap"""
+    compile: bool = False
+    """torch.compile the model (speed only: not part of the job id)"""
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "batch_size", "eval_every", "eval_size", "probe_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("lr", "weight_decay", "warmup_steps", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.lr == 0:
+            raise ValueError("lr: must be > 0, got 0")
+
+
+# Trainer arguments the runner sets itself; everything else in `trainer.*` passes through.
+RESERVED_TRAINER_KEYS = {
+    "max_steps": "train.max_steps",
+    "max_epochs": "train.max_steps",
+    "val_check_interval": "train.eval_every",
+    "check_val_every_n_epoch": "train.eval_every",
+    "gradient_clip_val": "train.grad_clip",
+    "logger": "the run directory",
+    "callbacks": "emergence.*",
+    "default_root_dir": "--out",
+    "num_sanity_val_steps": "the step-0 evaluation (always the whole set)",
+}
+TRAINER_KEYS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+
+
+@dataclass
+class RunConfig:
+    task: Any = None
+    """the task's config (section chosen by task.name)"""
+    arch: Any = None
+    """the architecture's config (section chosen by arch.name)"""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    emergence: EmergenceCriterion = field(default_factory=EmergenceCriterion)
+    trainer: dict[str, Any] = field(default_factory=dict)
+    """passed to lightning.Trainer (accelerator, devices, precision, strategy, ...)"""
+    seed: int = 0
+    """seed for initialisation and the training data stream"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def job_id(self) -> str:
+        """Stable content hash of the resolved config: the same job has the same id anywhere.
+        Knobs that change speed or hardware, not the experiment (train.compile,
+        trainer.accelerator, ...), are left out."""
+        return content_hash(experiment(self.to_dict()), 12)
+
+
+
+
+def _named_schema(raw: DictConfig, section: str, default: str) -> type:
+    """The dataclass that `<section>.name` selects: a task, or an architecture or plug-in."""
+    name = OmegaConf.select(raw, f"{section}.name", default=default)
+    if section == "arch":
+        try:
+            return resolve_arch(str(name))
+        except ContractError as e:
+            raise ConfigError(f"arch.name: {e}") from None
+    if name not in TASKS:
+        raise ConfigError(f"task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
+    return TASKS[name][0]
+
+
+def _registered(raw: DictConfig, section: str, default: str) -> Any:
+    """Build `raw[section]` with the schema its `name` selects."""
+    return build_section(_named_schema(raw, section, default), raw.get(section), section)
+
+
+def _one_line(error: OmegaConfBaseException) -> str:
+    key = getattr(error, "full_key", None) or "config"
+    msg = str(getattr(error, "msg", error)).splitlines()[0]
+    return f"{key}: {msg}"
+
+
+def _raw(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
+    if isinstance(overrides, DictConfig):
+        return overrides
+    if isinstance(overrides, dict):
+        return OmegaConf.create(overrides)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{item}: expected key=value")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as e:
+        raise ConfigError(_one_line(e)) from None
+
+
+def build_section(schema: type, raw: Any, section: str) -> Any:
+    """Merge `raw` into the dataclass `schema` and build it, naming `section` in any error."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), raw or {})
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        line = _one_line(e)
+        if "not in" in line:
+            allowed = ", ".join(f.name for f in dataclasses.fields(schema))
+            line = f"{line.split(':')[0]}: unknown key; allowed: {allowed}"
+        raise ConfigError(f"{section}.{line}" if section else line) from None
+    except ValueError as e:
+        raise ConfigError(f"{section}.{e}" if section else str(e)) from None
+
+
+def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
+    raw = OmegaConf.create({"task": _raw(overrides)})
+    return _registered(raw, "task", "linear_map")
+
+
+def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> RunConfig:
+    """Resolve overrides (a dotlist or a nested dict) into a validated RunConfig."""
+    raw = _raw(overrides)
+    unknown = set(raw) - {f.name for f in dataclasses.fields(RunConfig)}
+    if unknown:
+        allowed = ", ".join(f.name for f in dataclasses.fields(RunConfig))
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown key; allowed: {allowed}")
+    task = _registered(raw, "task", "linear_map")
+    arch = _registered(raw, "arch", "transformer")
+    train = build_section(TrainConfig, raw.get("train"), "train")
+    emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
+    rest = {k: v for k, v in raw.items() if k in ("trainer", "seed")}
+    base = build_section(RunConfig, rest, "")
+    check_trainer(base.trainer)
+    return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence)
+
+
+def check_trainer(options: dict[str, Any]) -> None:
+    for key in options:
+        if key in RESERVED_TRAINER_KEYS:
+            raise ConfigError(f"trainer.{key}: set by the runner; use {RESERVED_TRAINER_KEYS[key]}")
+        if key not in TRAINER_KEYS:
+            raise ConfigError(f"trainer.{key}: not an argument of lightning.Trainer")
+
+
+__all__ = [
+    "ArchConfig", "ConfigError", "EmergenceCriterion", "RunConfig", "TaskConfig", "TrainConfig",
+    "load_run_config", "load_task_config",
+]

@@ -1,0 +1,126 @@
+"""The LightningModule: backbone + task, next-token cross-entropy on the scored positions.
+
+Evaluation metrics are torchmetrics over the transitions that count: on the held-out part
+(`val/*`: loss, token accuracy, exact-state accuracy, every token of a state right) and on the
+fixed probe of training sequences (`train/token_acc`, `train/exact_acc`), so memorisation shows
+as a gap. For attention mixers it also logs the attention mass each scored position of the
+evaluated sequences puts on its ground-truth parents (max over heads, per layer and overall).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
+
+from architectures import ArchConfig, Backbone, RecordsAttention
+from datamodules import Batch, StateSequenceTask
+
+from .config import TrainConfig
+
+
+class EmergenceModule(L.LightningModule):
+    def __init__(self, arch: ArchConfig, train: TrainConfig, task: StateSequenceTask):
+        super().__init__()
+        self.train_config = train
+        self.vocab_size, self.state_size = task.vocab_size, task.state_size
+        pattern = task.attention_target().float()  # (L, L)
+        self.model = Backbone(arch, task.vocab_size, task.seq_len, pattern)
+        scored = task.loss_mask().nonzero().squeeze(1)  # (P,) scored positions, in states of S
+        self.register_buffer("scored", scored, persistent=False)
+        self.register_buffer("pattern", pattern[scored], persistent=False)  # (P, L)
+        self.val_loss = MeanMetric()
+        self.val_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
+        self.val_exact_acc = MulticlassExactMatch(task.vocab_size)
+        self.probe_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
+        self.probe_exact_acc = MulticlassExactMatch(task.vocab_size)
+        self.attention = [m for m in self.model.modules() if isinstance(m, RecordsAttention)]
+        self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
+        # not a registered submodule: the compiled wrapper shares the model's parameters
+        object.__setattr__(self, "forward_fn",
+                           torch.compile(self.model) if train.compile else self.model)
+
+    def scored_logits(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, P, V) and targets (B, P) at the scored positions."""
+        logits = self.forward_fn(batch.inputs)
+        return logits.index_select(1, self.scored), batch.targets.index_select(1, self.scored)
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        logits, targets = self.scored_logits(batch)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        # only on the steps the logger writes or an evaluation follows (divergence is read
+        # there): each self.log costs ~1 ms of Python, 5-8% of a quickstart step on CPU
+        step = self.global_step + 1
+        if (step % max(self.trainer.log_every_n_steps, 1) == 0
+                or step % self.train_config.eval_every == 0):
+            self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        for m in self.attention:
+            m.record_attention = True
+        logits, targets = self.scored_logits(batch)  # (B, P, V), (B, P)
+        for m in self.attention:
+            m.record_attention = False
+        B, S = targets.shape[0], self.state_size
+        counted = batch.counted.index_select(1, self.scored)  # (B, P)
+        preds = logits.argmax(-1)
+        held = ~batch.probe
+        for rows, token_acc, exact_acc in (
+                (held, self.val_token_acc, self.val_exact_acc),
+                (batch.probe, self.probe_token_acc, self.probe_exact_acc)):
+            keep = counted & rows[:, None]  # (B, P)
+            if not keep.any():  # a chunk without rows of this kind (torchmetrics wants some)
+                continue
+            states = keep.view(B, -1, S)[..., 0]  # (B, T-1): a state counts whole or not at all
+            token_acc.update(preds[keep], targets[keep])
+            exact_acc.update(preds.view(B, -1, S)[states], targets.view(B, -1, S)[states])
+            if rows is held:
+                loss = F.cross_entropy(logits[keep], targets[keep])
+                self.val_loss.update(loss, weight=int(keep.sum()))  # exact mean over tokens
+        self.log_dict({"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
+                       "val/exact_acc": self.val_exact_acc,
+                       "train/token_acc": self.probe_token_acc,
+                       "train/exact_acc": self.probe_exact_acc},
+                      batch_size=B)  # synced by torchmetrics
+        if self.attention:
+            self.attention_maps = [m.last_attention.mean(0) for m in self.attention]
+            mass = torch.stack([self.parent_mass(m.last_attention) for m in self.attention])
+            mass = {"val/parent_mass": mass.max(),
+                    **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
+            self.log_dict(mass, batch_size=B, sync_dist=self.trainer.world_size > 1)
+
+    def head_mass(self, probs: torch.Tensor) -> torch.Tensor:
+        """Attention probs (..., H, L, L) -> (H,): each head's mean mass on the parents."""
+        rows = probs.index_select(-2, self.scored)  # (..., H, P, L)
+        mass = (rows * self.pattern).sum(-1)  # (..., H, P)
+        return mass.reshape(-1, *mass.shape[-2:]).mean(dim=(0, 2))
+
+    def parent_mass(self, probs: torch.Tensor) -> torch.Tensor:
+        """Attention probs (B, H, L, L) -> max over heads of the mean mass on the parents."""
+        return self.head_mass(probs).max()
+
+    def learned_patterns(self) -> list[dict[str, Any]]:
+        """Per attention layer, the head with the most mass on the parents at the last
+        evaluation: its mean attention map (L, L) over the evaluation batch, rounded."""
+        out = []
+        for layer, maps in enumerate(self.attention_maps):  # maps (H, L, L)
+            mass = self.head_mass(maps)  # (H,)
+            head = int(mass.argmax())
+            out.append({"layer": layer, "head": head, "parent_mass": round(float(mass[head]), 4),
+                        "map": maps[head].round(decimals=3).tolist()})
+        return out
+
+    def configure_optimizers(self):
+        c = self.train_config
+        opt = torch.optim.AdamW(self.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        warmup = max(c.warmup_steps, 1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,231 @@
+"""Train one job with a real Lightning Trainer and write its directory.
+
+The directory holds `metrics.csv` (CSVLogger) and, once the run is over, `result.json`, written
+atomically: a directory without `result.json` is an unfinished run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import time
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger
+
+from architectures import ContractError, ReportsKernelPath, check_mixer
+from datamodules import StateSequenceTask, build_task
+
+from ..core.emergence import EmergenceTracker, check_threshold, reference_key
+from ..core.errors import ConfigError
+from .callback import EmergenceCallback
+from .config import RunConfig
+from .lightning_module import EmergenceModule
+
+PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
+            "fla-core", "triton", "mamba-ssm")
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def quiet_lightning() -> None:
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*IterableDataset.*__len__.*")
+    warnings.filterwarnings("ignore", message=".*Trying to infer the `batch_size`.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
+
+
+def build_run_task(cfg: RunConfig) -> StateSequenceTask:
+    """The job's task instance, checked: an instance the task refuses, or an emergence threshold
+    outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
+    try:
+        task = build_task(cfg.task, batch_size=cfg.train.batch_size,
+                          eval_size=cfg.train.eval_size, probe_size=cfg.train.probe_size,
+                          seed=cfg.seed)
+        task.references()  # draws the evaluation set (a held-out part may be empty)
+    except ValueError as e:
+        raise ConfigError(f"task.{e}") from None
+    if not cfg.task.random_targets:  # leak control: nothing to learn, by design
+        try:
+            check_threshold(cfg.emergence, task.references())
+        except ValueError as e:
+            raise ConfigError(f"emergence.{e}") from None
+    return task
+
+
+def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCallback:
+    """The criterion's callback, with progress measured from the task's no-context baseline to
+    its Bayes ceiling."""
+    key, refs = reference_key(cfg.emergence.metric), task.references()
+    return EmergenceCallback(cfg.emergence, refs["no_context"][key], refs["ceiling"][key])
+
+
+def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool):
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "enable_progress_bar": progress,
+        "num_sanity_val_steps": -1,  # the whole evaluation before the first step: step 0
+        "log_every_n_steps": cfg.train.eval_every,
+        **cfg.trainer,
+    }
+    try:
+        return L.Trainer(
+            max_steps=cfg.train.max_steps,
+            val_check_interval=cfg.train.eval_every,
+            check_val_every_n_epoch=None,
+            gradient_clip_val=cfg.train.grad_clip or None,
+            logger=CSVLogger(run_dir, name="", version=""),
+            callbacks=callbacks,
+            default_root_dir=run_dir,
+            **options,
+        )
+    except Exception as e:  # Lightning rejects e.g. an accelerator this machine lacks
+        raise ConfigError(f"trainer: {str(e).splitlines()[0]}") from None
+
+
+def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:
+    """Train `cfg`, write `run_dir/result.json` and return it (None on ranks other than 0).
+
+    The result is assembled where rank 0 trains, so every Lightning launcher works: in this
+    process, in processes `ddp` starts by rerunning the command, or in `ddp_spawn` children.
+    """
+    quiet_lightning()
+    run_dir = Path(run_dir)
+    task = build_run_task(cfg)
+    try:  # a mixer that breaks the contract is rejected before anything trains or is written
+        check_mixer(cfg.arch, task.seq_len)
+    except ContractError as e:
+        raise ConfigError(f"arch.name: {e}") from None
+    L.seed_everything(cfg.seed, verbose=False)
+    module = EmergenceModule(cfg.arch, cfg.train, task)
+    emergence = emergence_callback(cfg, task)
+    recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
+    trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress)
+    if cfg.train.batch_size % trainer.world_size:
+        raise ConfigError(f"train.batch_size: {cfg.train.batch_size} does not split over "
+                          f"{trainer.world_size} devices; use a multiple of it")
+    trainer.fit(module, datamodule=task)
+    if not trainer.is_global_zero:
+        return None
+    return json.loads((run_dir / "result.json").read_text())
+
+
+class RunRecorder(Callback):
+    """Times the run, keeps every logged metric at each evaluation (the curves) and, on rank 0,
+    writes result.json when training ends."""
+
+    def __init__(self, cfg: RunConfig, task: StateSequenceTask, tracker: EmergenceTracker,
+                 run_dir: Path):
+        self.cfg, self.task, self.tracker, self.run_dir = cfg, task, tracker, run_dir
+        self._t0 = time.perf_counter()
+        self.curves: dict[str, list[float]] = {"step": []}
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        seen = len(self.curves["step"])
+        self.curves["step"].append(trainer.global_step)
+        for key, value in trainer.callback_metrics.items():
+            self.curves.setdefault(key, [math.nan] * seen).append(float(value))
+        for values in self.curves.values():  # a metric missing at this evaluation
+            values.extend([math.nan] * (seen + 1 - len(values)))
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.tracker.finish(self.cfg.train.max_steps)
+        if trainer.is_global_zero:
+            wall = time.perf_counter() - self._t0
+            result = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall,
+                                   self.curves)
+            write_json_atomic(self.run_dir / "result.json", result)
+
+
+def summarise_run(
+    cfg: RunConfig, task: StateSequenceTask, module: EmergenceModule, trainer: L.Trainer,
+    tracker: EmergenceTracker, wall: float, curves: dict[str, list[float]],
+) -> dict[str, Any]:
+    """The contents of result.json."""
+    steps = trainer.global_step
+    emerged = tracker.status == "emerged"
+    tokens_per_step = cfg.train.batch_size * task.n_tokens
+    plateau_end, rise, width_note = tracker.transition()
+    return {
+        "job_id": cfg.job_id(),
+        "status": tracker.status,
+        "steps_to_emergence": tracker.step if emerged else None,
+        "tokens_to_emergence": tracker.step * tokens_per_step if emerged else None,
+        "wall_time_to_emergence_s": tracker.wall_time_s if emerged else None,
+        "transition_width": tracker.transition_width(),
+        "plateau_end": plateau_end,
+        "rise_step": rise,
+        "width_note": width_note,
+        "accuracy": accuracy_summary(curves),
+        "steps": steps,
+        "budget_steps": cfg.train.max_steps,
+        "final_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+        "curve": tracker.history,
+        "curves": curves,
+        "learned_patterns": module.learned_patterns(),
+        "wall_time_s": wall,
+        "steps_per_s": steps / wall if wall > 0 else None,
+        "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,
+        "n_params": sum(p.numel() for p in module.model.parameters()),
+        "kernel_path": kernel_path(module),
+        "mixer_params_per_layer": [sum(p.numel() for p in b.mixer.parameters())
+                                   for b in module.model.blocks],
+        "state_per_layer": cfg.arch.memory_per_layer(task.seq_len),
+        "instance_seed": task.instance_seed,
+        "task_flags": task.flags(),
+        "split": task.split_sizes(),
+        "references": task.references(),
+        "config": cfg.to_dict(),
+        "versions": versions(),
+    }
+
+
+def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:
+    """The same accuracy figures for every run, read over all its evaluations: the best held-out
+    and training-probe token accuracy, and the memorisation gap (the largest excess of the
+    training probe over the held-out set at one evaluation)."""
+    val = curves.get("val/token_acc", [])
+    probe = curves.get("train/token_acc", [])
+    gaps = [p - v for p, v in zip(probe, val) if math.isfinite(p - v)]
+    finite = [v for v in val if math.isfinite(v)]
+    return {"heldout_token_acc": max(finite, default=math.nan),
+            "train_token_acc": max((p for p in probe if math.isfinite(p)), default=math.nan),
+            "gap": max(gaps, default=math.nan)}
+
+
+def kernel_path(module: EmergenceModule) -> str:
+    """Which path the mixers ran: `fused` (library kernels), `reference`, or `torch`."""
+    paths = {m.last_path for m in module.model.modules() if isinstance(m, ReportsKernelPath)}
+    paths -= {None}
+    return "+".join(sorted(paths)) or "torch"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")  # a diverged loss stays NaN
+    os.replace(tmp, path)

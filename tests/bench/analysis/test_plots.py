@@ -1,0 +1,52 @@
+"""The leaderboard figures' data choices: axes, series, the representative seed, the plateau."""
+
+import math
+
+import pytest
+
+from bench.analysis.labels import covarying
+from bench.analysis.plots import representative
+from bench.core.errors import ConfigError
+from bench.sweeps.sweep import axis_value
+
+
+def _row(heads: int, task_seed: int = 0) -> dict:
+    return {"job_config": {
+        "task": {"name": "linear_map", "state_size": 6, "sparsity": 3, "task_seed": task_seed},
+        "arch": {"name": "transformer", "n_heads": heads, "head_dim": 64 // heads},
+        "train": {"lr": 0.003}}}
+
+
+def test_axes_read_config_fields_or_the_number_of_candidate_supports():
+    config = _row(4)["job_config"]
+    assert axis_value(config, "arch.n_heads") == 4
+    assert axis_value(config, "supports") == math.comb(6, 3)
+    with pytest.raises(ConfigError, match="plots: 'arch.depth' is not a field"):
+        axis_value(config, "arch.depth")
+    automaton = {**config, "task": {"name": "cellular_automaton", "n_cells": 8}}
+    with pytest.raises(ConfigError, match="'supports' is not an axis of the cellular_automaton"):
+        axis_value(automaton, "supports")  # derived axes are the task's own
+
+
+def test_a_field_that_moves_with_the_axis_is_not_a_series():
+    rows = [_row(h) for h in (1, 2, 4)]
+    assert covarying(rows, ["arch.n_heads"]) == ["arch.head_dim"]
+    # two tasks at every head count: the task seed is a series, head_dim still follows the axis
+    rows += [_row(h, task_seed=1) for h in (1, 2, 4)]
+    assert covarying(rows, ["arch.n_heads"]) == ["arch.head_dim"]
+
+
+def _run(seed: int, status: str, step: int | None, acc: float = 0.9) -> dict:
+    return {"status": status, "steps_to_emergence": step, "final_metrics": {"val/token_acc": acc},
+            "config": {"seed": seed, "emergence": {"metric": "val/token_acc"},
+                       "task": {"name": "linear_map"}},
+            "curves": {"step": [50, 100, 150, 200, 250],
+                       "val/loss": [0.69, 0.66, 0.60, 0.1, 0.01]}}
+
+
+def test_the_representative_seed_is_the_median_emerger_or_the_closest():
+    runs = [_run(0, "emerged", 300), _run(1, "emerged", 100), _run(2, "emerged", 200),
+            _run(3, "censored", None)]
+    assert representative(runs)["config"]["seed"] == 2
+    never = [_run(0, "censored", None, 0.7), _run(1, "censored", None, 0.95)]
+    assert representative(never)["config"]["seed"] == 1

@@ -1,0 +1,122 @@
+"""Survival statistics at small n: R's quantile convention, undefined interval ends, exact
+permutation log-rank and trend tests, Holm."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from bench.core.stats import (
+    holm,
+    kaplan_meier,
+    logrank_p,
+    logrank_scores,
+    logrank_test,
+    solve_rate_p,
+    trend_test,
+)
+
+
+def test_all_emerged_follows_the_midpoint_rule_of_r_survival():
+    # S = 0.5 exactly on [400, 500): the median is the midpoint, as for an uncensored sample
+    km = kaplan_meier([100, 200, 300, 400, 500, 600, 700, 800], [True] * 8)
+    assert (km.median, km.q1, km.q3) == (450, 250, 650)
+    assert km.emerged[-1] == 1.0
+
+
+def test_an_undefined_interval_end_stays_undefined():
+    """All four seeds emerge; the log-log band's upper curve never falls to 0.5 at a defined
+    point, so the upper end is NA, not the last step (which gave zero-width intervals)."""
+    km = kaplan_meier([100, 150, 150, 200], [True] * 4)
+    assert km.median == 150 and km.ci_low == 100 and math.isnan(km.ci_high)
+
+
+def test_censored_seeds_are_kept_not_dropped():
+    # dropping the 3 censored seeds would give median 200; keeping them, S(t) = 1 - k/6, and
+    # S sits at 0.5 from 300 to the last (censored) step 1000: R's midpoint is 650
+    km = kaplan_meier([100, 200, 300, 1000, 1000, 1000], [True, True, True, False, False, False])
+    assert km.events == 3 and km.median == 650
+    assert math.isinf(km.q3) and math.isnan(km.ci_high)
+    emerged_by = dict(zip(km.steps.tolist(), km.emerged.tolist()))
+    assert abs(emerged_by[300] - 0.5) < 1e-9 and abs(emerged_by[1000] - 0.5) < 1e-9
+
+
+def test_less_than_half_emerged_has_no_median():
+    km = kaplan_meier([100, 1000, 1000, 1000], [True, False, False, False])
+    # S(100) = 0.75 exactly and flat to the last (censored) step: R's midpoint, 550
+    assert math.isinf(km.median) and km.q1 == 550
+    assert kaplan_meier([1000, 1000], [False, False]).events == 0
+
+
+def test_logrank_scores_sum_to_zero_and_give_observed_minus_expected():
+    times, events = [100, 200, 200, 300, 500, 500], [1, 1, 0, 1, 0, 1]
+    w = logrank_scores(times, events)
+    assert abs(w.sum()) < 1e-12
+    # group a = first three: O - E by the textbook sum over event times
+    group = np.array([1, 1, 1, 0, 0, 0], bool)
+    t, e = np.array(times), np.array(events, bool)
+    o_minus_e = 0.0
+    for s in np.unique(t[e]):
+        risk = t >= s
+        d = ((t == s) & e).sum()
+        o_minus_e += ((t == s) & e & group).sum() - d * (risk & group).sum() / risk.sum()
+    assert w[group].sum() == pytest.approx(o_minus_e)
+
+
+def brute_force_p(a, b):
+    """Two-sided permutation p of |sum of group scores| over every relabelling."""
+    times = [t for t, _ in a + b]
+    events = [e for _, e in a + b]
+    w = logrank_scores(times, events)
+    observed = abs(w[: len(a)].sum())
+    sums = [abs(w[list(idx)].sum()) for idx in itertools.combinations(range(len(w)), len(a))]
+    return sum(s >= observed - 1e-9 for s in sums) / len(sums)
+
+
+def test_the_permutation_log_rank_is_exact_at_small_n():
+    early = ([100, 200, 300, 400], [True] * 4)
+    never = ([1500] * 4, [False] * 4)
+    # fully separated 4 vs 4: 2 of the 70 relabellings are as extreme, whatever chi-square says
+    assert logrank_p(*early, *never) == pytest.approx(2 / 70)
+    assert logrank_test(*early, *never).method == "exact permutation"
+    assert logrank_p(*early, *early) == 1.0
+    assert logrank_p(*never, *never) == 1.0  # no events: no evidence of a difference
+    # 3 vs 3 can never go below 2/20
+    assert logrank_p([1, 2, 3], [True] * 3, [7, 8, 9], [True] * 3) == pytest.approx(0.1)
+    a = [(120, 1), (300, 1), (500, 0), (500, 0), (90, 1)]
+    b = [(400, 1), (450, 1), (500, 0), (200, 1), (500, 0)]
+    got = logrank_p(*zip(*a), *zip(*b))
+    assert got == pytest.approx(brute_force_p(a, b))
+
+
+def test_large_groups_use_monte_carlo_then_the_asymptotic_test():
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(50, 150, 14), rng.uniform(300, 500, 14)
+    res = logrank_test(a, [True] * 14, b, [True] * 14)
+    assert res.method.startswith("Monte Carlo") and res.p < 0.05 and res.statistic > 0
+    a, b = rng.exponential(100, 25), rng.exponential(300, 25)
+    assert logrank_test(a, [True] * 25, b, [True] * 25).method == "asymptotic"
+
+
+def test_the_trend_test_sees_a_monotone_order_and_its_direction():
+    faster = [([500, 600], [1, 1]), ([300, 350], [1, 1]), ([100, 120], [1, 1])]
+    res = trend_test(faster, [1, 2, 4])
+    assert res.p < 0.05 and res.statistic > 0  # higher factor, sooner
+    assert trend_test(faster[::-1], [1, 2, 4]).statistic < 0
+    flat = [([100, 600], [1, 1]), ([120, 580], [1, 1]), ([110, 590], [1, 1])]
+    assert trend_test(flat, [1, 2, 4]).p > 0.5
+
+
+def test_solve_rate_test_and_holm():
+    assert solve_rate_p(4, 4, 0, 4) < 0.05 and solve_rate_p(2, 4, 2, 4) == 1.0
+    assert holm([0.01, 0.5, 1.0]) == [0.03, 1.0, 1.0]
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+
+
+def test_the_confidence_band_brackets_the_curve():
+    km = kaplan_meier([100, 200, 300, 1000, 1000], [True, True, True, False, False])
+    ok = ~np.isnan(km.emerged_low)
+    assert (km.emerged_low[ok] <= km.emerged[ok] + 1e-12).all()
+    assert (km.emerged[ok] <= km.emerged_high[ok] + 1e-12).all()
+    assert km.emerged_high[-1] > km.emerged[-1] > km.emerged_low[-1]

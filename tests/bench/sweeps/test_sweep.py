@@ -1,0 +1,184 @@
+"""Sweeps end to end: grids, the results database, leaderboard files, resume, status."""
+
+import csv
+import math
+import sqlite3
+
+from bench.analysis.leaderboard import best_lr, summarise, with_null_rows
+from bench.sweeps.sweep import SweepLock, expand, load_spec
+from bench.training.config import load_run_config
+
+
+def test_grids_expand_to_the_cartesian_product_in_a_fixed_order(spec_file):
+    path = spec_file(
+        task=[{"name": "linear_map", "state_size": 4, "sparsity": [1, 2]},
+              {"name": "cellular_automaton", "n_colors": 2}],
+        archs=[{"name": "transformer", "d_model": 32, "n_heads": [1, 2]}, {"name": "mlp_mixer"}],
+        seeds=[3, 7], train={"lr": [0.001, 0.003]})
+    jobs = expand(load_spec(path))
+    assert len(jobs) == 3 * 3 * 2 * 2  # tasks x archs x lrs x seeds
+    first = [(j.task.sparsity, j.arch.name, getattr(j.arch, "n_heads", None), j.train.lr, j.seed)
+             for j in jobs[:6]]
+    assert first == [(1, "transformer", 1, 0.001, 3), (1, "transformer", 1, 0.001, 7),
+                     (1, "transformer", 1, 0.003, 3), (1, "transformer", 1, 0.003, 7),
+                     (1, "transformer", 2, 0.001, 3), (1, "transformer", 2, 0.001, 7)]
+    assert jobs[-1].task.name == "cellular_automaton" and jobs[-1].arch.name == "mlp_mixer"
+    ids = [j.job_id() for j in jobs]
+    assert len(set(ids)) == len(ids)
+    assert ids == [j.job_id() for j in expand(load_spec(path))]  # stable
+    # the id is the config's: the same job listed by another spec has the same id
+    alone = spec_file("alone", task={"name": "linear_map", "state_size": 4, "sparsity": 1},
+                      archs=[{"name": "transformer", "d_model": 32, "n_heads": 1}], seeds=[3],
+                      train={"lr": 0.001})
+    assert expand(load_spec(alone))[0].job_id() == ids[0]
+
+
+def _result(lr: float, seed: int, step: int | None, budget: int = 100) -> dict:
+    return {"config": {"task": {"name": "linear_map", "state_size": 4}, "seed": seed,
+                       "arch": {"name": "transformer"}, "train": {"lr": lr}},
+            "status": "emerged" if step else "censored", "steps_to_emergence": step,
+            "budget_steps": budget, "transition_width": None, "n_params": 10,
+            "state_per_layer": 1, "steps_per_s": 1.0, "final_metrics": {"val/token_acc": 1.0}}
+
+
+def test_each_architecture_is_reported_at_its_best_learning_rate():
+    results = ([_result(0.01, s, st) for s, st in enumerate([None, None, 40])]  # median never
+               + [_result(0.003, s, st) for s, st in enumerate([50, 60, 70])]  # median 60
+               + [_result(0.001, s, st) for s, st in enumerate([60, 80, 90])])  # median 80
+    every = summarise(results)
+    assert len(every) == 3
+    [(row, km)] = best_lr(every)
+    assert row["lr"] == 0.003 and row["median_steps"] == 60 and row["lr_grid"] == "0.001 0.003 0.01"
+    assert math.isinf(next(r for r, _ in every if r["lr"] == 0.01)["median_steps"])
+
+
+def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
+    path = spec_file(train={**load_spec(spec_file()).train, "lr": [0.003, 0.01]},
+                     claim="Tiny models learn tiny maps.", plots=[["train.lr"]])
+    assert cli("sweep", str(path), "--no-progress")[0] == 0
+    out = path.with_suffix("")
+    db = sqlite3.connect(out / "results.sqlite")
+    rows = db.execute("SELECT id, status, attempts, finished_at, config, versions FROM jobs "
+                      "ORDER BY position").fetchall()
+    assert len(rows) == 8 and {r[1] for r in rows} <= {"emerged", "censored"}
+    assert all(r[2] == 1 and '"seed"' in r[4] and '"torch"' in r[5] for r in rows)
+    assert db.execute("SELECT count(*) FROM jobs WHERE status = 'emerged'").fetchone()[0] >= 4
+    figures = ("emergence", "factors", "dynamics", "attention")
+    for name in ("leaderboard.md", "leaderboard.csv", *(f"{f}.png" for f in figures)):
+        assert (out / name).stat().st_size > 0
+    table = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert len(table) == 2 and all(r["lr_grid"] == "0.003 0.01" for r in table)
+    assert all(0.5 <= float(r["heldout_acc"]) <= 1 and 0 <= float(r["train_acc"]) <= 1
+               for r in table)
+    markdown = (out / "leaderboard.md").read_text()
+    assert "Every rate:" in markdown and "**Claim.** Tiny models learn tiny maps." in markdown
+    chance = [line for line in markdown.splitlines() if "| *chance* |" in line]
+    assert len(chance) == 1 and "| 0.500 |" in chance[0]
+    assert "Bayes-optimal* |" not in markdown  # a linear map is deterministic: no ceiling row
+    assert all(f"]({f}.png)" in markdown for f in figures)
+
+    # a rerun trains nothing; a job left `running` by a killed sweep runs again
+    db.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (rows[0][0],))
+    db.commit()
+    with SweepLock(out):  # as while a sweep runs in another shell
+        code, captured = cli("status", str(out))
+        assert "live: a sweep process holds this directory" in captured.out
+        assert f"running: {rows[0][0]} on " in captured.out
+    code, captured = cli("status", str(out))
+    assert code == 0 and "7/8 finished" in captured.out and f"interrupted: {rows[0][0]}" in \
+        captured.out and "not running (stopped" in captured.out
+    assert cli("sweep", str(path), "--no-progress")[0] == 0
+    again = db.execute("SELECT id, status, attempts, finished_at FROM jobs ORDER BY position")
+    again = again.fetchall()
+    assert again[0][2] == 2 and again[0][1] == rows[0][1]
+    assert [r[:4] for r in again[1:]] == [r[:4] for r in rows[1:]]
+
+    (out / "leaderboard.md").unlink()
+    assert cli("leaderboard", str(out))[0] == 0
+    assert (out / "leaderboard.md").read_text().startswith("# tiny")
+    code, captured = cli("status", str(out))
+    assert "8/8 finished" in captured.out and "not running (complete)" in captured.out
+
+
+def test_a_grown_spec_reuses_finished_jobs_and_the_table_shows_the_current_spec(spec_file, cli):
+    one = spec_file("one", seeds=1, archs=[{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}])
+    out = one.parent / "grown"
+    assert cli("sweep", str(one), "--out", str(out), "--no-progress")[0] == 0
+    db = sqlite3.connect(out / "results.sqlite")
+    first = db.execute("SELECT id, finished_at FROM jobs").fetchall()
+    two = spec_file("two", seeds=2, archs=[{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}])
+    assert cli("sweep", str(two), "--out", str(out), "--no-progress")[0] == 0
+    assert db.execute("SELECT finished_at FROM jobs WHERE id = ?", (first[0][0],)).fetchone()[0] \
+        == first[0][1]
+    [row] = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert row["seeds"] == "2"
+    # growing the seeds after results were seen is recorded and said in the table
+    assert "Seeds grew after a first look**: from 1 to 2 per row" in \
+        (out / "leaderboard.md").read_text()
+    assert cli("sweep", str(one), "--out", str(out), "--no-progress")[0] == 0  # shrink back
+    [row] = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert row["seeds"] == "1"  # the other seed stays in the database, out of the table
+    assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+
+
+def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(tmp_path, cli):
+    for command in ("leaderboard", "status"):
+        code, captured = cli(command, str(tmp_path))
+        assert code == 2 and "no results database (results.sqlite) here" in captured.err
+
+
+def test_null_rows_come_from_the_runs_recorded_references():
+    """Chance and the no-context predictor always; the Bayes ceiling where perfect is out of
+    reach; each the median over the row's task instances."""
+    from bench.training.run import build_run_task
+
+    def row(task: dict, seeds: list[int]) -> dict:
+        runs = []
+        for seed in seeds:
+            cfg = load_run_config({"task": task, "seed": seed,
+                                   "emergence": {"threshold": 0.9}})
+            runs.append({"references": build_run_task(cfg).references()})
+        return {"task": task["name"], "architecture": "x", "job_config": {"task": task},
+                "runs": runs}
+
+    automaton = row({"name": "cellular_automaton", "n_cells": 8, "n_colors": 2, "n_rules": 4,
+                     "n_states": 4}, [0, 1, 2])
+    linear = row({"name": "linear_map", "state_size": 8, "sparsity": 1, "modulus": 3,
+                  "n_states": 2}, [0])
+    rows = with_null_rows([automaton, linear])
+    names = [r["architecture"] for r in rows]
+    assert names[1:4] == ["chance", "no context", "Bayes-optimal"]
+    assert rows[1]["heldout_acc"] == 0.5 and 0.5 <= rows[2]["heldout_acc"] < 0.8
+    assert 0.85 < rows[3]["heldout_acc"] < 1
+    assert names[5:] == ["chance", "no context"]  # deterministic: no ceiling row
+    assert rows[5]["heldout_acc"] == 1 / 3
+
+
+def test_rows_and_job_ids_ignore_speed_only_knobs_so_older_results_still_match():
+    from bench.core.rows import group_key
+    from bench.training.config import load_run_config
+
+    cfg = load_run_config(["train.compile=true"])
+    plain = load_run_config([])
+    assert cfg.job_id() == plain.job_id()
+    older = plain.to_dict()
+    del older["train"]["compile"]  # a result recorded before train.compile existed
+    assert group_key(older) == group_key(plain.to_dict()) == group_key(cfg.to_dict())
+
+
+def test_hardware_keys_leave_job_ids_and_rows_alone_so_a_gpu_rerun_matches(tmp_path):
+    from bench.core.rows import group_key
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: s\ntask: {name: linear_map, state_size: 12, sparsity: 1}\n"
+                    "archs: [{name: mlp_mixer, d_model: 16, n_layers: 1}]\nseeds: 2\n")
+    plain = expand(load_spec(spec))
+    gpu = expand(load_spec(spec, ["trainer.accelerator=gpu", "trainer.devices=1",
+                                  "trainer.strategy=auto"]))
+    assert gpu[0].trainer == {"accelerator": "gpu", "devices": 1, "strategy": "auto"}
+    assert [j.job_id() for j in gpu] == [j.job_id() for j in plain]
+    assert group_key(gpu[0].to_dict()) == group_key(plain[0].to_dict())
+    # precision changes the numbers: a different experiment
+    half = expand(load_spec(spec, ["trainer.precision=bf16-mixed"]))
+    assert half[0].job_id() != plain[0].job_id()
+    assert expand(load_spec(spec, ["seeds=3"]))[2].seed == 2  # any spec field

@@ -1,0 +1,48 @@
+"""bench/ is layered: a subpackage imports only itself and those below it, `core` imports no
+torch or Lightning, and the cheap commands' entry point loads neither."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+LAYERS = ["core", "training", "sweeps", "analysis", "tools"]  # lowest first; cli.py on top
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def imported_layers(path: Path) -> set[str]:
+    """The bench subpackages a module imports (relative or absolute)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 2 or (node.level == 0 and (node.module or "").startswith("bench.")):
+                name = (node.module or "").removeprefix("bench.")
+                out.add(name.split(".")[0] if name else "")
+            elif node.level == 1:
+                out.add(path.parent.name)
+    return out
+
+
+def test_no_subpackage_imports_a_higher_one():
+    for layer in LAYERS:
+        for module in (BENCH / layer).glob("*.py"):
+            above = {m for m in imported_layers(module) if m in LAYERS
+                     and LAYERS.index(m) > LAYERS.index(layer)}
+            assert not above, f"{module.relative_to(BENCH)} imports {above}"
+
+
+def test_core_needs_no_torch_or_lightning():
+    for module in (BENCH / "core").glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            heavy = [n for n in names if n.split(".")[0] in
+                     ("torch", "lightning", "architectures", "datamodules", "fla")]
+            assert not heavy, f"core/{module.name} imports {heavy}"
+
+
+def test_the_cli_entry_point_and_help_load_no_torch():
+    code = ("import sys; import bench.cli, bench.core.stats, bench.core.rows; "
+            "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

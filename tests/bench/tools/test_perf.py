@@ -1,0 +1,83 @@
+"""`bench perf`: the bare loop is the same computation as the suite's path; the report is whole.
+
+Nothing here asserts a speed: timings are measured by the command, not by tests.
+"""
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.tools.perf import BareLoop
+from bench.training.config import load_run_config
+from bench.training.lightning_module import EmergenceModule
+from bench.training.run import build_trainer, emergence_callback
+from datamodules import build_task
+
+SMALL = {"task": {"name": "linear_map", "state_size": 4, "sparsity": 1, "n_states": 3},
+         "arch": {"name": "transformer", "d_model": 16, "n_layers": 1},
+         "train": {"batch_size": 16, "max_steps": 12, "eval_every": 1000, "warmup_steps": 4,
+                   "grad_clip": 0.5}}
+
+
+def _module(cfg):
+    task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=32, probe_size=16,
+                      seed=cfg.seed)
+    torch.manual_seed(0)
+    return EmergenceModule(cfg.arch, cfg.train, task), task
+
+
+def test_the_bare_loop_trains_exactly_what_the_lightning_path_trains():
+    cfg = load_run_config(SMALL)
+    lit, task = _module(cfg)
+    bare, _ = _module(cfg)
+    assert all(torch.equal(a, b) for a, b in zip(lit.parameters(), bare.parameters()))
+    callback = emergence_callback(cfg, task)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(cfg, Path(tmp), [callback], progress=False)
+        trainer.fit(lit, datamodule=task)
+    BareLoop(bare, task, torch.device("cpu")).run(cfg.train.max_steps)
+    for (name, a), b in zip(lit.named_parameters(), bare.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    moved = _module(cfg)[0]
+    assert not all(torch.equal(a, b) for a, b in zip(moved.parameters(), bare.parameters()))
+
+
+def test_compile_is_a_speed_knob_not_part_of_the_job():
+    plain = load_run_config(SMALL)
+    compiled = load_run_config({**SMALL, "train": {**SMALL["train"], "compile": True}})
+    assert compiled.train.compile and compiled.job_id() == plain.job_id()
+    assert dataclasses.asdict(compiled) != dataclasses.asdict(plain)
+
+
+def test_perf_writes_a_complete_report(cli, tmp_path):
+    out = tmp_path / "perf"
+    code, captured = cli("perf", "--arch", "mlp_mixer:d_model=16,n_layers=1", "--sizes",
+                         "quickstart,32,64", "--repeats", "2", "--seconds", "0.05", "--warmup",
+                         "1", "--batch", "4", "--out", str(out))
+    assert code == 0, captured.err
+    report = json.loads((out / "perf.json").read_text())
+    rows = report["rows"]
+    assert [(r["arch"], r["size"], r["seq_tokens"]) for r in rows] == [
+        ("mlp_mixer", "quickstart", 24), ("mlp_mixer", "32", 32), ("mlp_mixer", "64", 64)]
+    for r in rows:
+        assert r["lightning_steps_per_s"] > 0 and r["bare_steps_per_s"] > 0
+        assert r["overhead_min"] <= r["overhead"] <= r["overhead_max"]
+        assert 0 < r["batch_share"] < 1 and 0 < r["eval_share"] < 1 and r["peak_mib"] > 0
+        assert r["lightning_tokens_per_s"] == pytest.approx(
+            r["lightning_steps_per_s"] * r["batch_size"] * r["seq_tokens"])
+    assert set(report["exponents"]) == {"mlp_mixer"}
+    assert (out / "perf.png").stat().st_size > 0
+    assert "| mlp_mixer | quickstart | 23 | torch | no |" in (out / "perf.md").read_text()
+
+
+def test_perf_bad_input_is_one_line(cli, tmp_path):
+    for args, message in [(["--sizes", "quickstart,33"], "--sizes: '33' is not quickstart"),
+                          (["--arch", "lstm"], "arch.name: unknown 'lstm'"),
+                          (["--repeats", "0"], "--repeats: must be >= 1")]:
+        code, captured = cli("perf", *args, "--out", str(tmp_path / "p"))
+        assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1
+        assert not (tmp_path / "p").exists()
