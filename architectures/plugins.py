@@ -87,14 +87,27 @@ def load_dotted(name: str) -> type[ArchConfig]:
     return as_config_class(obj, name)
 
 
+_PASSED: set[tuple[type, str, int]] = set()  # (config class, config, seq_len) checked here
+
+
 def check_mixer(config: ArchConfig, seq_len: int) -> None:
-    """Shape, finiteness, backward and causality of one freshly built mixer, on random input."""
+    """The contract, on one freshly built mixer and random input: shape, finite values, finite
+    gradients, causality (`check_causal`, in train and eval mode), no state carried from one
+    call to the next, and what its declared protocols promise. The causality proof costs L^2
+    tokens of forward and backward (about a second at L = 47 for the references on CPU), so a
+    config that passed is not checked again in this process."""
+    key = (type(config), repr(config), seq_len)
+    if key in _PASSED:
+        return
     gen = torch.Generator().manual_seed(0)
-    mixer = config.mixer(seq_len, torch.zeros(seq_len, seq_len), 0)
-    D, j = config.d_model, seq_len // 2
+    try:
+        mixer = config.mixer(seq_len, torch.zeros(seq_len, seq_len), 0)
+    except Exception as e:  # user code: one line, whatever it raised
+        raise ContractError(f"mixer '{config.name}' failed to build: {_one_line(e)}") from None
+    D = config.d_model
     x = torch.randn(2, seq_len, D, generator=gen, requires_grad=True)
-    y = mixer(x)
     label = f"mixer '{config.name}'"
+    y = _call(mixer, x, label)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise ContractError(f"{label} must map (B, L, D) = {tuple(x.shape)} to the same shape, "
@@ -104,17 +117,71 @@ def check_mixer(config: ArchConfig, seq_len: int) -> None:
     y.square().mean().backward()
     if x.grad is None or not torch.isfinite(x.grad).all():
         raise ContractError(f"{label} does not backpropagate finite gradients to its input")
-    changed = x.detach().clone()
-    changed[:, j:] = torch.randn(2, seq_len - j, D, generator=gen)
-    with torch.no_grad():
-        y2 = mixer(changed)
-    leaked = (y.detach()[:, :j] - y2[:, :j]).abs().amax(dim=(0, 2)) > 1e-5
-    if leaked.any():
-        first = int(leaked.nonzero()[0])
-        raise ContractError(f"{label} is not causal: output {first} changed when inputs "
-                            f"{j}.. changed")
+    for training in (True, False):
+        mixer.train(training)
+        check_causal(mixer, x.detach()[0], label + (" (train mode)" if training else
+                                                    " (eval mode)"))
+        _check_stateless(mixer, x.detach(), label)
+    mixer.train(True)
     if isinstance(mixer, RecordsAttention):
         _check_attention(mixer, x.detach(), label)
+    _PASSED.add(key)
+
+
+def check_causal(mixer: nn.Module, x: torch.Tensor, label: str, chunk: int | None = None) -> None:
+    """Output p must not depend on any input q > p, for every p, proven by gradients: the
+    sequence x (L, D) is copied once per output position checked, each copy's output at its
+    position is projected on a random direction, and one backward pass gives every copy's
+    gradient, which must be exactly zero after that position. The random draws of the forward
+    (dropout) are fixed within the pass, so a mixer with dropout is checked, not refused; a
+    mixer that mixes the sequences of a batch fails too (another copy's later output would
+    reach these inputs)."""
+    L, D = x.shape
+    chunk = chunk or max(1, min(L - 1, 2**23 // (L * D)))  # copies per pass (~32 MiB input)
+    direction = torch.randn(D, generator=torch.Generator().manual_seed(1))
+    for start in range(0, L - 1, chunk):
+        positions = torch.arange(start, min(start + chunk, L - 1))  # the last has no future
+        xs = x.expand(len(positions), L, D).clone().requires_grad_(True)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            y = _call(mixer, xs, label)
+        picked = y[torch.arange(len(positions)), positions]  # (P, D)
+        (grad,) = torch.autograd.grad((picked * direction).sum(), xs, allow_unused=True)
+        if grad is None:
+            continue
+        later = torch.arange(L)[None, :] > positions[:, None]  # (P, L)
+        leak = (grad.abs().amax(-1) > 0) & later
+        if leak.any():
+            k, q = (int(v) for v in leak.nonzero()[0])
+            raise ContractError(f"{label} is not causal: output {int(positions[k])} depends on "
+                                f"input {q}")
+
+
+def _check_stateless(mixer: nn.Module, x: torch.Tensor, label: str) -> None:
+    """The same input gives the same output whatever was called before (no state kept between
+    calls, e.g. a buffer holding the last batch), with the random draws fixed."""
+    def run(inp: torch.Tensor) -> torch.Tensor:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            return _call(mixer, inp, label)
+
+    first = run(x)
+    run(torch.randn(x.shape, generator=torch.Generator().manual_seed(2)))
+    if not torch.equal(first, run(x)):
+        raise ContractError(f"{label} keeps state between calls: the same input gave another "
+                            "output after a different input")
+
+
+def _call(mixer: nn.Module, x: torch.Tensor, label: str) -> torch.Tensor:
+    try:
+        return mixer(x)
+    except Exception as e:  # user code: one line, whatever it raised
+        raise ContractError(f"{label} failed in forward: {_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _check_attention(mixer: RecordsAttention, x: torch.Tensor, label: str) -> None:

@@ -40,6 +40,57 @@ BAD_MIXERS = textwrap.dedent('''
         def __init__(self, d_model: int):
             super().__init__()
 
+    class MiddleLeak(nn.Module):
+        """Causal everywhere but one middle position, which also reads the next input."""
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model)
+
+        def forward(self, x):
+            y = self.proj(x.cumsum(1))
+            p = 3
+            return torch.cat([y[:, :p], y[:, p:p + 1] + x[:, p + 1:p + 2], y[:, p + 1:]], 1)
+
+    class EvalLeak(nn.Module):
+        """Causal while training; in eval mode every output also reads the next input."""
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model)
+
+        def forward(self, x):
+            y = self.proj(x.cumsum(1))
+            return y if self.training else y + 0.001 * x.roll(-1, 1)
+
+    class BufferLeak(nn.Module):
+        """Keeps the last batch it saw and mixes it into the next call."""
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model)
+            self.register_buffer("last", torch.zeros(d_model))
+
+        def forward(self, x):
+            y = self.proj(x.cumsum(1)) + self.last
+            self.last = x.detach().mean((0, 1))
+            return y
+
+    class CausalDropout(nn.Module):
+        """Legal: a causal running mean with dropout (two forward passes differ)."""
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int, *, p: float = 0.3):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model)
+            self.drop = nn.Dropout(p)
+
+        def forward(self, x):
+            steps = torch.arange(1, x.shape[1] + 1, device=x.device)[None, :, None]
+            return self.drop(self.proj(x.cumsum(1) / steps))
+
+    class RaisesInForward(nn.Module):
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int):
+            super().__init__()
+
+        def forward(self, x):
+            raise KeyError("no such head")
+
     from architectures import RecordsAttention
 
     class OneHead(RecordsAttention, nn.Module):
@@ -112,7 +163,11 @@ def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, cli):
 
 @pytest.mark.parametrize("cls,message", [
     ("WrongShape", "must map (B, L, D) = (2, 11, 64) to the same shape, got (2, 11, 65)"),
-    ("Leaky", "is not causal: output 0 changed when inputs 5.. changed"),
+    ("Leaky", "is not causal: output 0 depends on input 1"),
+    ("MiddleLeak", "(train mode) is not causal: output 3 depends on input 4"),
+    ("EvalLeak", "(eval mode) is not causal: output 0 depends on input 1"),
+    ("BufferLeak", "keeps state between calls"),
+    ("RaisesInForward", "failed in forward: KeyError: 'no such head'"),
     ("NoSeqLen", "the constructor must take d_model, seq_len, layer_idx; missing layer_idx, "
                  "seq_len"),
 ])
@@ -152,6 +207,12 @@ def test_a_declared_protocol_is_checked_by_the_contract(keep, message, tmp_path,
     cfg = load_run_config(["arch.name=bad_mixers:OneHead", f"arch.keep={keep}"])
     with pytest.raises(ContractError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check_mixer(cfg.arch, seq_len=11)
+
+
+def test_a_legal_mixer_with_dropout_passes_the_causality_proof(tmp_path, monkeypatch):
+    (tmp_path / "bad_mixers.py").write_text(BAD_MIXERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    check_mixer(load_run_config(["arch.name=bad_mixers:CausalDropout"]).arch, seq_len=11)
 
 
 def test_resolve_rejects_what_is_not_a_mixer():
