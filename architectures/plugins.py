@@ -84,6 +84,8 @@ def load_dotted(name: str) -> type[ArchConfig]:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
         raise ContractError(f"{name}: cannot import ({e})") from None
+    except Exception as e:  # the module itself raised, or does not parse: user code, one line
+        raise ContractError(f"{name}: importing it raised {_one_line(e)}") from None
     return as_config_class(obj, name)
 
 

@@ -215,8 +215,15 @@ def test_a_legal_mixer_with_dropout_passes_the_causality_proof(tmp_path, monkeyp
     check_mixer(load_run_config(["arch.name=bad_mixers:CausalDropout"]).arch, seq_len=11)
 
 
-def test_resolve_rejects_what_is_not_a_mixer():
+def test_resolve_rejects_what_is_not_a_mixer(tmp_path, monkeypatch):
     with pytest.raises(ContractError, match="expected an nn.Module or ArchConfig subclass"):
         resolve("json:dumps")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "broken_syntax.py").write_text("def f(:\n")
+    with pytest.raises(ContractError, match="broken_syntax:M: importing it raised SyntaxError"):
+        resolve("broken_syntax:M")
+    (tmp_path / "raises_on_import.py").write_text("raise RuntimeError('no GPU here')\n")
+    with pytest.raises(ContractError, match="raised RuntimeError: no GPU here"):
+        resolve("raises_on_import:M")
     with pytest.raises(ContractError, match="cannot import"):
         resolve("no_such_module:Mixer")
