@@ -96,6 +96,8 @@ def reproduce(
     workers: Annotated[int | None, typer.Option(help="concurrent jobs")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-O",
                                                      help="executor option key=value")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="spec field key=value, e.g. --set trainer.accelerator=gpu")] = None,
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Rerun a committed leaderboard and test, row by row, whether it agrees (exit 0) or not."""
@@ -103,7 +105,7 @@ def reproduce(
 
     workers = _default_workers(executor) if workers is None else workers
     table, fresh = run_reproduce(spec, out, seeds, seed_start, row or [], alpha, executor,
-                                 workers, _options(option or []), progress)
+                                 workers, _options(option or []), progress, set_ or [])
     print((fresh / "reproduce.md").read_text())
     if any(r["verdict"] != "agrees" for r in table):
         raise typer.Exit(1)

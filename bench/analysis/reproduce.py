@@ -141,11 +141,14 @@ def to_markdown(name: str, rows: list[dict[str, Any]], alpha: float, fresh: Path
 
 def reproduce(spec_path: Path, out: Path | None, seeds: int | None, seed_start: int,
               rows: list[str], alpha: float, executor: str, workers: int,
-              options: dict[str, Any], progress: bool) -> tuple[list[dict[str, Any]], Path]:
-    """Rerun (part of) a committed leaderboard into `out`, compare, write reproduce.md/json."""
+              options: dict[str, Any], progress: bool,
+              overrides: list[str] | None = None) -> tuple[list[dict[str, Any]], Path]:
+    """Rerun (part of) a committed leaderboard into `out`, compare, write reproduce.md/json.
+    `overrides` (key=value) change spec fields first, e.g. trainer.accelerator=gpu: hardware
+    keys leave the rows matching the committed ones."""
     if not 0 < alpha < 1:
         raise ConfigError(f"--alpha: must be in (0, 1), got {alpha}")
-    spec = select_spec(load_spec(spec_path), seeds, seed_start)
+    spec = select_spec(load_spec(spec_path, overrides or []), seeds, seed_start)
     reference = committed_dir(spec_path)
     db_path = reference / ResultsDB.FILENAME
     if not db_path.is_file():

@@ -80,7 +80,8 @@ def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCall
 
 def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool):
     options: dict[str, Any] = {
-        "accelerator": "cpu",
+        "accelerator": "auto",  # the GPU where one is visible (the processes executor
+        # shows each worker its own), else the CPU
         "devices": 1,
         "enable_checkpointing": False,
         "enable_model_summary": False,

@@ -183,3 +183,34 @@ def test_a_sweep_killed_with_sigkill_resumes_to_exactly_the_uninterrupted_result
     ref = reference.with_suffix("")
     assert outcomes(out) == outcomes(ref)  # none lost, none duplicated, same outcomes
     assert table(out) == table(ref)
+
+
+def test_processes_place_each_worker_on_its_gpu_and_the_trainer_takes_it(monkeypatch, tmp_path):
+    """A faked two-GPU machine: workers see GPUs 0, 1, 0, ... and a run's Trainer defaults to
+    accelerator auto (Lightning's choice: the GPU the worker sees), one device."""
+    import multiprocessing
+
+    import lightning as L
+    import torch
+
+    from bench.sweeps import executors
+    from bench.training.config import load_run_config
+    from bench.training.run import build_trainer
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # restored after the test
+    monkeypatch.setattr(executors, "_die_with_parent", lambda: None)
+    threads = torch.get_num_threads()
+    slot, seen = multiprocessing.Value("i", 0), []
+    try:
+        for _ in range(3):
+            executors._init_worker(slot, 3, ["0", "1"])
+            seen.append(os.environ["CUDA_VISIBLE_DEVICES"])
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == ["0", "1", "0"]
+    captured = {}
+    monkeypatch.setattr(L, "Trainer", lambda **kwargs: captured.update(kwargs))
+    build_trainer(load_run_config([]), tmp_path, [], progress=False)
+    assert captured["accelerator"] == "auto" and captured["devices"] == 1
+    build_trainer(load_run_config(["trainer.accelerator=gpu"]), tmp_path, [], progress=False)
+    assert captured["accelerator"] == "gpu"
