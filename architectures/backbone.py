@@ -6,8 +6,12 @@ of (mixer, optional MLP) -> final norm -> LM head. A mixer maps (B, L, D) -> (B,
 
 from __future__ import annotations
 
+import functools
+import importlib
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -139,15 +143,31 @@ class GatedRMSNorm(nn.Module):
         return (y * F.silu(g.float())).to(x.dtype)
 
 
-def require_fused(choice: str, kernel: object, library: str) -> None:
+def lazy_op(module: str, name: str) -> Callable[[], Any]:
+    """`module.name` imported on first call, None where it does not import. fla's import alone
+    takes seconds (Triton), and only the mixers that run its ops should pay it."""
+
+    @functools.cache
+    def load() -> Any:
+        try:
+            with warnings.catch_warnings():  # fla warns on import where Triton has no GPU
+                warnings.simplefilter("ignore", UserWarning)
+                return getattr(importlib.import_module(module), name)
+        except ImportError:
+            return None
+
+    return load
+
+
+def require_fused(choice: str, kernel: Callable[[], Any], library: str) -> None:
     """A config asking for the fused path needs the library kernel and CUDA."""
-    if choice == "fused" and (kernel is None or not torch.cuda.is_available()):
+    if choice == "fused" and (not torch.cuda.is_available() or kernel() is None):
         raise ValueError(f"kernel: 'fused' needs CUDA and {library}; allowed here: auto, reference")
 
 
-def pick_path(choice: str, x: torch.Tensor, kernel: object) -> str:
+def pick_path(choice: str, x: torch.Tensor, kernel: Callable[[], Any]) -> str:
     """`fused` for the library kernel, `reference` for the pure-torch path."""
-    if choice == "reference" or kernel is None or not x.is_cuda:
+    if choice == "reference" or not x.is_cuda or kernel() is None:
         if choice == "fused":
             raise RuntimeError("kernel='fused' needs a CUDA input and the library kernel")
         return "reference"

@@ -12,23 +12,18 @@ softplus(a_proj x + dt_bias); the output is RMS-normalised, gated by silu(g_proj
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import GatedRMSNorm, RecurrentConfig, pick_path, require_fused, short_conv
+from .backbone import GatedRMSNorm, RecurrentConfig, lazy_op, pick_path, require_fused, short_conv
 from .protocols import ReportsKernelPath
 
-try:  # the fused kernels need CUDA at run time; importing them needs only triton
-    with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
-        warnings.simplefilter("ignore", UserWarning)
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-        from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
-except ImportError:  # pragma: no cover - fla-core is a core dependency
-    chunk_gated_delta_rule = naive_chunk_gated_delta_rule = None
+# fla's ops, imported on first use: the fused kernel needs CUDA at run time, the naive op any device
+fused_op = lazy_op("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")
+naive_op = lazy_op("fla.ops.gated_delta_rule.naive", "naive_chunk_gated_delta_rule")
 
 
 @dataclass
@@ -52,7 +47,7 @@ class GatedDeltaNetConfig(RecurrentConfig):
             raise ValueError(
                 f"expand_v: head_dim * expand_v must be a positive integer, got {self.expand_v}"
             )
-        require_fused(self.kernel, chunk_gated_delta_rule, "fla")
+        require_fused(self.kernel, fused_op, "fla")
 
     def memory_per_layer(self, seq_len: int) -> int:
         dv = int(self.head_dim * self.expand_v)
@@ -95,9 +90,9 @@ class GatedDeltaNet(ReportsKernelPath, nn.Module):
         v = F.silu(self.v_conv1d(self.v_proj(x).transpose(1, 2))[..., :L]).transpose(1, 2)
         q, k = q.view(B, L, H, self.head_k_dim), k.view(B, L, H, self.head_k_dim)
         v = v.reshape(B, L, H, self.head_v_dim)  # (B, L, H, Dv)
-        self.last_path = pick_path(self.kernel, x, chunk_gated_delta_rule)
+        self.last_path = pick_path(self.kernel, x, fused_op)
         if self.last_path == "fused":
-            o, _ = chunk_gated_delta_rule(
+            o, _ = fused_op()(
                 q=q, k=k, v=v, g=self.a_proj(x), beta=self.b_proj(x),
                 use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
                 allow_neg_eigval=self.allow_neg_eigval, use_gate_in_kernel=True,
@@ -113,5 +108,5 @@ class GatedDeltaNet(ReportsKernelPath, nn.Module):
         beta = self.b_proj(x).sigmoid() * (2.0 if self.allow_neg_eigval else 1.0)  # (B, L, H)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
         q, k = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
-        o, _ = naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16)
+        o, _ = naive_op()(q, k, v, g, beta, chunk_size=16)
         return o.to(x.dtype)

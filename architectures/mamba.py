@@ -16,13 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import RecurrentConfig, pick_path, require_fused
+from .backbone import RecurrentConfig, lazy_op, pick_path, require_fused
 from .protocols import ReportsKernelPath
 
-try:
-    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-except ImportError:  # no CUDA extension here: the reference path runs
-    selective_scan_fn = None
+# mamba_ssm's CUDA scan (the `gpu` extra), imported on first use; None without its extension
+fused_op = lazy_op("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
 
 
 @dataclass
@@ -41,7 +39,7 @@ class MambaConfig(RecurrentConfig):
         super().__post_init__()
         self.require_at_least(1, "d_state", "d_conv", "expand")
         self.require_at_least(0, "dt_rank")
-        require_fused(self.kernel, selective_scan_fn, "mamba_ssm")
+        require_fused(self.kernel, fused_op, "mamba_ssm")
 
     def memory_per_layer(self, seq_len: int) -> int:
         d_inner = self.expand * self.d_model
@@ -160,9 +158,9 @@ class Mamba(ReportsKernelPath, nn.Module):
             [self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = dt @ self.dt_proj.weight.T  # (B, L, D_in), bias added with the softplus
         A = -torch.exp(self.A_log.float())
-        self.last_path = pick_path(self.kernel, hidden, selective_scan_fn)
+        self.last_path = pick_path(self.kernel, hidden, fused_op)
         if self.last_path == "fused":
-            y = selective_scan_fn(
+            y = fused_op()(
                 x, dt.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), self.D.float(),
                 z=z.transpose(1, 2), delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
             ).transpose(1, 2)

@@ -13,23 +13,18 @@ the backbone's per-forward `context`. Two paths compute one function:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import RecurrentConfig, pick_path, require_fused
+from .backbone import RecurrentConfig, lazy_op, pick_path, require_fused
 from .protocols import ReportsKernelPath, UsesContext
 
-try:
-    with warnings.catch_warnings():  # fla warns on import where Triton has no GPU to target
-        warnings.simplefilter("ignore", UserWarning)
-        from fla.ops.generalized_delta_rule.dplr.naive import dplr_chunkwise
-        from fla.ops.rwkv7 import chunk_rwkv7
-except ImportError:  # pragma: no cover - fla-core is a core dependency
-    chunk_rwkv7 = dplr_chunkwise = None
+# fla's ops, imported on first use: the fused kernel needs CUDA at run time, the naive op any device
+fused_op = lazy_op("fla.ops.rwkv7", "chunk_rwkv7")
+naive_op = lazy_op("fla.ops.generalized_delta_rule.dplr.naive", "dplr_chunkwise")
 
 W_SCALE = -math.exp(-0.5)  # w = W_SCALE * sigmoid(.): log-decays in (-0.61, 0)
 CHUNK = 4  # fla's naive chunked op loops over chunk positions: small chunks are fastest on CPU
@@ -50,7 +45,7 @@ class RWKV7Config(RecurrentConfig):
                 f"head_dim: must be >= 1 and divide d_model ({self.d_model}), got {self.head_dim}"
             )
         self.require_at_least(0, "low_rank_dim")
-        require_fused(self.kernel, chunk_rwkv7, "fla")
+        require_fused(self.kernel, fused_op, "fla")
 
     def memory_per_layer(self, seq_len: int) -> int:
         return self.d_model * self.head_dim + self.d_model  # K x K per head + the shifted token
@@ -155,9 +150,9 @@ class RWKV7Attention(UsesContext, ReportsKernelPath, nn.Module):
         k = k + k * (a - 1) * self.k_a
         r, w, k, a, v = (t.view(B, L, H, K) for t in (r, w, k, a, v))  # (B, L, H, K)
 
-        self.last_path = pick_path(self.kernel, x, chunk_rwkv7)
+        self.last_path = pick_path(self.kernel, x, fused_op)
         if self.last_path == "fused":
-            o, _ = chunk_rwkv7(r=r, w=w, k=k, v=v, a=-kk, b=kk * a, scale=1.0, safe_gate=True,
+            o, _ = fused_op()(r=r, w=w, k=k, v=v, a=-kk, b=kk * a, scale=1.0, safe_gate=True,
                                lower_bound=W_SCALE, chunk_size=64)
         else:
             o = self.reference(r, w, k, v, -kk, kk * a)
@@ -171,5 +166,5 @@ class RWKV7Attention(UsesContext, ReportsKernelPath, nn.Module):
         pad = (-L) % CHUNK
         r = r * math.sqrt(self.head_dim)  # undo the op's fixed K^-1/2 query scale
         args = [F.pad(t, (0, 0, 0, 0, 0, pad)).transpose(1, 2) for t in (r, k, v, alpha, beta, w)]
-        o, _ = dplr_chunkwise(*args, output_final_state=False, chunk_size=CHUNK)
+        o, _ = naive_op()(*args, output_final_state=False, chunk_size=CHUNK)
         return o.transpose(1, 2)[:, :L].to(r.dtype)  # (B, L, H, K)
