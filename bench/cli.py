@@ -61,7 +61,8 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
-    from .sweeps.sweep import load_spec, read_results, run_sweep
+    from .sweeps.results import read_results
+    from .sweeps.sweep import load_spec, run_sweep
 
     parsed = load_spec(spec, set_ or [])
     out = out or spec.with_suffix("")
@@ -135,7 +136,7 @@ def _default_workers(executor: str) -> int:
 @app.command()
 def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output directory")]):
     """Re-render leaderboard.md, leaderboard.csv and emergence.png from the results database."""
-    from .sweeps.sweep import read_results
+    from .sweeps.results import read_results
 
     spec_dict, results = read_results(directory)
     if not results:

@@ -1,20 +1,20 @@
 """Tasks with a known ground-truth mixing pattern, as LightningDataModules.
 
-`TASKS` is the one registry: task name -> (config class, DataModule class).
+`TASKS` is the one registry: task name -> config class (torch-free, see config.py); a config's
+`build()` makes its DataModule.
 """
 
-from .base import Batch, StateSequenceTask, TaskConfig
-from .cellular_automaton import CellularAutomaton, CellularAutomatonConfig
-from .linear_map import LinearMap, LinearMapConfig
+from .config import PER_SEED, CellularAutomatonConfig, LinearMapConfig, TaskConfig
 
-TASKS: dict[str, tuple[type[TaskConfig], type[StateSequenceTask]]] = {
-    "linear_map": (LinearMapConfig, LinearMap),
-    "cellular_automaton": (CellularAutomatonConfig, CellularAutomaton),
+TASKS: dict[str, type[TaskConfig]] = {
+    "linear_map": LinearMapConfig,
+    "cellular_automaton": CellularAutomatonConfig,
 }
 
 
-def build_task(config: TaskConfig, **kwargs) -> StateSequenceTask:
-    return TASKS[config.name][1](config, **kwargs)
+def build_task(config: TaskConfig, **kwargs):
+    """The LightningDataModule of `config` (a `datamodules.base.StateSequenceTask`)."""
+    return config.build(**kwargs)
 
 
-__all__ = ["TASKS", "Batch", "StateSequenceTask", "TaskConfig", "build_task"]
+__all__ = ["PER_SEED", "TASKS", "TaskConfig", "build_task"]

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
 import torch
 
+from .config import PER_SEED, TaskConfig
 from .split import all_states, chunk_bounds, state_hash
 
 TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM = 0, 1, 3, 4
@@ -37,53 +37,6 @@ EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's wh
 SMALL_HELD_OUT = 2048  # a held-out part this small is the evaluation set, each state once
 ENUMERABLE = 1 << 18  # state spaces up to this size are enumerated to find the held-out part
 MAX_ROUNDS = 64  # rejection rounds before a sampler gives up with a clear error
-PER_SEED = "per_seed"
-
-
-@dataclass
-class TaskConfig:
-    """Fields every task has; each task's config subclasses this."""
-
-    name: str = ""
-    n_states: int = 4
-    """number of states T in a sequence (>= 2; the first is random and never scored)"""
-    task_seed: Any = PER_SEED
-    """seed that draws the hidden rule (matrix or rule pool): an integer >= 0 fixes one task
-    instance; per_seed (the default) gives every run seed its own instance"""
-    held_out: float = 0.2
-    """fraction of the states held out by a fixed hash, in (0, 1): never the source of a
-    training transition; the evaluation scores only transitions from them"""
-    random_targets: bool = False
-    """leak control: replace every scored token by a uniform random one (nothing to learn)"""
-
-    # what tables and figures ask the task (class-level, so a recorded config dict suffices)
-    SHOWN: ClassVar[tuple[str, ...]] = ("n_states",)
-    """fields every leaderboard label shows, default or not, in this order"""
-    DERIVED: ClassVar[dict[str, tuple[str, str]]] = {}
-    """axes computed from the fields: name -> (the field it stands in for in a series label,
-    the axis title of a figure)"""
-
-    @classmethod
-    def derived(cls, axis: str, task: dict[str, Any]) -> float:
-        """The value of a derived axis for a task config given as a dict."""
-        raise KeyError(axis)
-
-    def __post_init__(self) -> None:
-        if self.n_states < 2:
-            raise ValueError(f"n_states: must be >= 2, got {self.n_states}")
-        seed = self.task_seed
-        if seed != PER_SEED and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or not 0 <= seed < 2**63):
-            raise ValueError(f"task_seed: must be an integer in [0, 2^63) or {PER_SEED}, "
-                             f"got {seed!r}")
-        if not 0 < self.held_out < 1:  # NaN fails too
-            raise ValueError(f"held_out: must be in (0, 1), got {self.held_out}")
-        accept = (1 - self.held_out) ** (self.n_states - 1)
-        if accept < 0.01:
-            raise ValueError(
-                f"held_out: a training sequence of n_states={self.n_states} avoids held-out "
-                f"sources with probability (1 - {self.held_out})^{self.n_states - 1} = "
-                f"{accept:.2g}; must be >= 0.01 (lower held_out or n_states)")
 
 
 class Batch(NamedTuple):

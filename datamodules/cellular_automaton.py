@@ -7,51 +7,12 @@ must infer the active rule from the context. Token x_{t+1}[i] reads x_t[i-kr .. 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from .base import StateSequenceTask, TaskConfig
-
-
-@dataclass
-class CellularAutomatonConfig(TaskConfig):
-    SHOWN: ClassVar[tuple[str, ...]] = ("n_cells", "n_colors", "n_rules", "n_states")
-
-    name: str = "cellular_automaton"
-    n_cells: int = 8
-    """cells on the ring S (one token each)"""
-    n_colors: int = 4
-    """colours K (>= 2); chance loss is ln K"""
-    radius: int = 1
-    """neighbourhood radius r: a rule reads a window of 2r+1 cells"""
-    rule_applications: int = 1
-    """k: the rule is applied k times between consecutive states"""
-    n_rules: int = 1
-    """rules in the pool N; each sequence uses one drawn uniformly"""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.n_colors < 2:
-            raise ValueError(f"n_colors: must be >= 2, got {self.n_colors}")
-        if self.radius < 0:
-            raise ValueError(f"radius: must be >= 0, got {self.radius}")
-        if self.rule_applications < 1:
-            raise ValueError(f"rule_applications: must be >= 1, got {self.rule_applications}")
-        if self.n_rules < 1:
-            raise ValueError(f"n_rules: must be >= 1, got {self.n_rules}")
-        reach = 2 * self.radius * self.rule_applications + 1
-        if reach > self.n_cells:
-            raise ValueError(
-                f"n_cells: must be >= 2*radius*rule_applications+1 = {reach} "
-                f"(the window may not wrap the ring), got {self.n_cells}"
-            )
-        if self.n_colors ** (2 * self.radius + 1) > 2**22:
-            raise ValueError(
-                f"radius: the rule table n_colors^(2*radius+1) must have at most 2^22 entries, "
-                f"got {self.n_colors}^{2 * self.radius + 1}"
-            )
+from .base import StateSequenceTask
+from .config import CellularAutomatonConfig
 
 
 def draw_rules(n_rules: int, n_colors: int, radius: int, seed: int) -> torch.Tensor:

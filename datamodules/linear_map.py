@@ -12,50 +12,12 @@ refused when it sends a later source state to zero.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from .base import StateSequenceTask, TaskConfig
-
-
-@dataclass
-class LinearMapConfig(TaskConfig):
-    SHOWN: ClassVar[tuple[str, ...]] = ("state_size", "sparsity", "n_states")
-    DERIVED: ClassVar[dict[str, tuple[str, str]]] = {
-        "supports": ("sparsity", "C(S, s): candidate supports")}
-    """supports = C(S, s), the number of candidate sets of parents of a token"""
-
-    @classmethod
-    def derived(cls, axis: str, task: dict[str, Any]) -> float:
-        if axis != "supports":
-            raise KeyError(axis)
-        return math.comb(task["state_size"], task["sparsity"])
-
-    name: str = "linear_map"
-    n_states: int = 2
-    """number of states T in a sequence (>= 2; the first is random and never scored)"""
-    state_size: int = 12
-    """tokens per state S (>= 2); 12 binary tokens are 4,096 states, too many to memorise"""
-    sparsity: int = 1
-    """ones per row of A, s (1 <= s < state_size: s = S is the parity shortcut)"""
-    modulus: int = 2
-    """token alphabet size C (>= 2); arithmetic is mod C"""
-    distinct_rows: bool = True
-    """draw A with distinct rows (a repeated row makes a token a copy of another of its state)"""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.state_size < 2:
-            raise ValueError(f"state_size: must be >= 2, got {self.state_size}")
-        if not 1 <= self.sparsity < self.state_size:
-            raise ValueError(
-                f"sparsity: must be in 1..state_size-1 ({self.state_size - 1}), got "
-                f"{self.sparsity} (s = S makes every token the sum of the previous state)")
-        if self.modulus < 2:
-            raise ValueError(f"modulus: must be >= 2, got {self.modulus}")
+from .base import StateSequenceTask
+from .config import LinearMapConfig
 
 
 def draw_matrix(state_size: int, sparsity: int, seed: int, distinct: bool = True) -> torch.Tensor:

@@ -3,18 +3,28 @@ and the values a row takes on a swept axis. Shared by the table, its tests and i
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-from architectures import ContractError, resolve
 from datamodules import TASKS
 
-from ..sweeps.sweep import axis_value, derived_axis
+from ..sweeps.axes import axis_value, derived_axis
+from ..sweeps.results import field_defaults
+
+RECORDED: dict[str, dict[str, Any]] = {}
+"""Architecture defaults as the sweep that made a database recorded them (its `arch_defaults`
+meta), so labels read from a database need no torch and show what differed from the defaults
+the runs had, even for a plug-in not importable here."""
 
 
-def label(section: dict[str, Any], schema: type | None, always: tuple[str, ...] = ()) -> str:
-    """`name(field=value, ...)`: the fields in `always`, then those that differ from defaults."""
-    defaults = {f.name: f.default for f in fields(schema)} if schema else {}
+def record_defaults(defaults: dict[str, dict[str, Any]]) -> None:
+    RECORDED.update(defaults)
+
+
+def label(section: dict[str, Any], defaults: dict[str, Any] | None,
+          always: tuple[str, ...] = ()) -> str:
+    """`name(field=value, ...)`: the fields in `always`, then those that differ from `defaults`
+    (every field where the defaults are unknown)."""
+    defaults = defaults or {}
     keys = [k for k in always if k in section]
     keys += [k for k in section if k not in keys and k != "name" and defaults.get(k) != section[k]]
     shown = ", ".join(f"{k}={section[k]}" for k in keys)
@@ -23,21 +33,27 @@ def label(section: dict[str, Any], schema: type | None, always: tuple[str, ...] 
 
 def task_label(task: dict[str, Any]) -> str:
     """The task as tables show it: the fields it always shows, then those off their defaults."""
-    schema = TASKS[task["name"]][0]
-    return label(task, schema, schema.SHOWN)
+    schema = TASKS[task["name"]]
+    return label(task, field_defaults(schema), schema.SHOWN)
 
 
-def _arch_schema(name: str) -> type | None:
-    try:
-        return resolve(name)
-    except ContractError:  # a plug-in that is not importable here: show every field
-        return None
+def arch_defaults(name: str) -> dict[str, Any] | None:
+    """The recorded defaults of an architecture, else its config class's (this imports the
+    architectures, and torch); None for a plug-in that is not importable here."""
+    if name not in RECORDED:
+        from architectures import ContractError, resolve
+
+        try:
+            RECORDED[name] = field_defaults(resolve(name))
+        except ContractError:
+            return None
+    return RECORDED[name]
 
 
 def row_labels(config: dict[str, Any]) -> tuple[str, str]:
     """(task, architecture) as the leaderboard shows them."""
     return (task_label(config["task"]),
-            label(config["arch"], _arch_schema(config["arch"]["name"])))
+            label(config["arch"], arch_defaults(config["arch"]["name"])))
 
 
 # --- axes: a row's value on a swept factor ------------------------------------------------------
@@ -50,7 +66,7 @@ def series(config: dict[str, Any], axes: list[str]) -> str:
     task, arch = trimmed["task"], trimmed["arch"]
     labels = [task_label(task) if "name" in task else
               label({**task, "name": "task"}, None),
-              label(arch, _arch_schema(arch["name"])) if "name" in arch else
+              label(arch, arch_defaults(arch["name"])) if "name" in arch else
               label({**arch, "name": "arch"}, None)]
     return " / ".join(dict.fromkeys(labels))
 

@@ -23,7 +23,7 @@ from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import SurvivalSummary, kaplan_meier
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
-from .labels import row_labels
+from .labels import record_defaults, row_labels
 
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
@@ -254,6 +254,7 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
     from . import plots
 
     spec = spec or {}
+    record_defaults(spec.get("arch_defaults") or {})
     tuning = tune_seeds(spec)
     reported = [r for r in results if r["config"]["seed"] not in tuning]
     every_lr = summarise(reported)

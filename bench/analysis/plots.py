@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.emergence import higher_is_better
-from ..sweeps.sweep import derived_axis
+from ..sweeps.axes import derived_axis
 from .labels import factor_groups
 
 Row = dict[str, Any]
@@ -221,12 +221,21 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
     return True
 
 
-def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
-    """Draw `attention.png` for up to `limit` attention rows; False when there is none."""
+def ground_truth(run: dict[str, Any]) -> Any:
+    """The run's ground-truth attention pattern (L, L): as the run recorded it, or rebuilt from
+    its task for a run recorded before runs kept it (this imports torch and Lightning)."""
+    if run.get("attention_target") is not None:
+        return run["attention_target"]
     from datamodules import build_task
 
     from ..training.config import load_task_config
 
+    task = build_task(load_task_config(run["config"]["task"]), seed=run["config"]["seed"])
+    return task.attention_target().numpy()
+
+
+def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
+    """Draw `attention.png` for up to `limit` attention rows; False when there is none."""
     shown = []
     for row in rows:
         run = representative(row["runs"])
@@ -239,9 +248,7 @@ def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
     plt = _pyplot()
     fig, grid = plt.subplots(len(shown), 2, figsize=(9, 4.2 * len(shown)), squeeze=False)
     for (row, run, best), (left, right) in zip(shown, grid):
-        truth = build_task(load_task_config(run["config"]["task"]),
-                           seed=run["config"]["seed"]).attention_target()
-        left.imshow(truth.numpy(), cmap="Greys", vmin=0, vmax=1)
+        left.imshow(np.asarray(ground_truth(run)), cmap="Greys", vmin=0, vmax=1)
         left.set_title(f"ground truth\n{row['task']}", fontsize=8)
         right.imshow(np.asarray(best["map"]), cmap="viridis", vmin=0, vmax=1)
         right.set_title(f"{row['architecture']}, seed {run['config']['seed']} ({run['status']})\n"

@@ -30,8 +30,8 @@ from ..core.stats import (
     smallest_detectable,
     solve_rate_p,
 )
-from ..sweeps.results import ResultsDB
-from ..sweeps.sweep import SweepSpec, expand, load_spec, read_results, run_sweep
+from ..sweeps.results import ResultsDB, read_results
+from ..sweeps.sweep import SweepSpec, expand, load_spec, run_sweep
 from .labels import row_labels
 from .leaderboard import steps_text, write_leaderboard
 

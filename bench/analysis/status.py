@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import markdown
-from ..sweeps.results import FINISHED, ResultsDB
-from ..sweeps.sweep import SweepLock
-from .labels import row_labels
+from ..sweeps.results import FINISHED, ResultsDB, SweepLock
+from .labels import record_defaults, row_labels
 
 
 def _duration(seconds: float) -> str:
@@ -27,6 +26,7 @@ def sweep_status(out: Path) -> dict[str, Any]:
         rows, counts = db.rows(), db.counts()
         name, workers = db.meta("name", out.name), db.meta("workers", 1)
         started = db.meta("started_at")
+        record_defaults(db.meta("arch_defaults", {}))
     finally:
         db.close()
     live = SweepLock.held(out)

@@ -1,4 +1,5 @@
-"""The results database of a sweep: one SQLite file, one row per job.
+"""A sweep directory's state: the results database (one SQLite file, one row per job) and the
+lock that keeps one live sweep per directory.
 
 A row is created `pending` when its sweep first lists it, becomes `running` when a worker claims
 it, and ends `emerged`, `censored`, `diverged` (the run's outcome) or `failed` (the job raised).
@@ -11,6 +12,8 @@ of something else, is refused rather than overwritten.
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
 import socket
@@ -197,4 +200,60 @@ def _json(data: Any) -> str:
     return json.dumps(data, default=str, allow_nan=True)
 
 
-__all__ = ["FINISHED", "STATUSES", "ResultsDB"]
+class SweepLock:
+    """An advisory lock on `out/.lock`: one live sweep per directory; released when it dies."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> SweepLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise ConfigError(f"{self.path.parent}: another sweep (pid {holder}) is running "
+                              "in this directory") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # closing releases the lock
+
+    @staticmethod
+    def held(out: Path) -> bool:
+        path = out / ".lock"
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+
+def field_defaults(schema: type) -> dict[str, Any]:
+    """A config dataclass's field defaults (those with a plain default)."""
+    return {f.name: f.default for f in dataclasses.fields(schema)
+            if f.default is not dataclasses.MISSING}
+
+
+def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The sweep's spec (as last run) and the result of every finished job of that spec."""
+    db = ResultsDB(out / ResultsDB.FILENAME)
+    try:
+        spec = db.meta("spec", {}) | {"name": db.meta("name", out.name),
+                                      "seed_history": db.meta("seed_history", []),
+                                      "arch_defaults": db.meta("arch_defaults", {})}
+        return spec, db.results()
+    finally:
+        db.close()
+
+
+__all__ = ["FINISHED", "STATUSES", "ResultsDB", "SweepLock", "field_defaults", "read_results"]

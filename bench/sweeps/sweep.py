@@ -14,7 +14,6 @@ ones, run again. One sweep at a time per directory (an advisory lock that dies w
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import itertools
 import json
 import math
@@ -30,14 +29,13 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm.auto import tqdm
 
-from datamodules import TASKS
-
 from ..core.errors import ConfigError
 from ..core.rows import by_row, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
 from ..training.config import RunConfig, build_section, load_run_config
-from .results import FINISHED, ResultsDB
+from .axes import DERIVED_AXES, axis_value, derived_axis
+from .results import FINISHED, ResultsDB, SweepLock, field_defaults
 
 
 @dataclass
@@ -234,30 +232,6 @@ def check_tasks(jobs: list[RunConfig]) -> None:
             build_run_task(job)
 
 
-DERIVED_AXES = {axis: info for schema, _ in TASKS.values() for axis, info in schema.DERIVED.items()}
-
-
-def derived_axis(axis: str) -> tuple[str, str] | None:
-    """(the field it stands in for, its figure title) of an axis a task derives, else None."""
-    return DERIVED_AXES.get(axis)
-
-
-def axis_value(config: dict[str, Any], axis: str) -> float:
-    """A row's value on an axis: `section.field` of its config, or an axis its task derives
-    from its fields (a linear map's `supports` = C(S, s))."""
-    if "." not in axis:
-        task = config["task"]
-        schema = TASKS[task["name"]][0]
-        if axis not in schema.DERIVED:
-            raise ConfigError(f"plots: '{axis}' is not an axis of the {task['name']} task; "
-                              f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
-        return schema.derived(axis, task)
-    section, _, name = axis.partition(".")
-    if name not in config.get(section, {}):
-        raise ConfigError(f"plots: '{axis}' is not a field of every row's {section}")
-    return config[section][name]
-
-
 def check_plot_axes(plots: list[list[str]], jobs: list[RunConfig]) -> None:
     """Every plot axis reads a value from every job, checked before anything trains."""
     configs = [job.to_dict() for job in jobs]
@@ -289,44 +263,6 @@ def _job(task, arch, train, spec, seed, i) -> RunConfig:
 
 
 # --- running ---------------------------------------------------------------------------------
-class SweepLock:
-    """An advisory lock on `out/.lock`: one live sweep per directory; released when it dies."""
-
-    def __init__(self, out: Path):
-        self.path = out / ".lock"
-        self.fd: int | None = None
-
-    def __enter__(self) -> SweepLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            raise ConfigError(f"{self.path.parent}: another sweep (pid {holder}) is running "
-                              "in this directory") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)  # closing releases the lock
-
-    @staticmethod
-    def held(out: Path) -> bool:
-        path = out / ".lock"
-        if not path.exists():
-            return False
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-
-
 def check_out_dir(out: Path) -> None:
     """`out` is, or can be created as, a writable directory: checked before anything is written."""
     probe = out
@@ -359,7 +295,9 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"name": spec.name, "executor": executor, "workers": workers,
-            "spec": OmegaConf.to_container(OmegaConf.structured(spec))}
+            "spec": OmegaConf.to_container(OmegaConf.structured(spec)),
+            "arch_defaults": {job.arch.name: field_defaults(type(job.arch))
+                              for job in [*tuning, *jobs]}}
     with SweepLock(out):
         if tuning:  # first the tuning seeds; their results choose each row's rate
             _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)")
@@ -430,14 +368,3 @@ def seed_history(db: ResultsDB, spec: dict[str, Any]) -> list[dict[str, Any]]:
         history = [*history, {"at": time.strftime("%Y-%m-%d"), "from": len(old),
                               "to": len(new), "finished_before": finished}]
     return history
-
-
-def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The sweep's spec (as last run) and the result of every finished job of that spec."""
-    db = ResultsDB(out / ResultsDB.FILENAME)
-    try:
-        spec = db.meta("spec", {}) | {"name": db.meta("name", out.name),
-                                      "seed_history": db.meta("seed_history", [])}
-        return spec, db.results()
-    finally:
-        db.close()

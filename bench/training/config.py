@@ -111,7 +111,7 @@ def _named_schema(raw: DictConfig, section: str, default: str) -> type:
             raise ConfigError(f"arch.name: {e}") from None
     if name not in TASKS:
         raise ConfigError(f"task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
-    return TASKS[name][0]
+    return TASKS[name]
 
 
 def _registered(raw: DictConfig, section: str, default: str) -> Any:

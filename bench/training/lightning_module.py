@@ -18,7 +18,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
 
 from architectures import ArchConfig, Backbone, RecordsAttention
-from datamodules import Batch, StateSequenceTask
+from datamodules.base import Batch, StateSequenceTask
 
 from .config import TrainConfig
 

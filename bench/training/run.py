@@ -22,7 +22,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 
 from architectures import ContractError, ReportsKernelPath, check_mixer
-from datamodules import StateSequenceTask, build_task
+from datamodules import build_task
+from datamodules.base import StateSequenceTask
 
 from ..core.emergence import EmergenceTracker, check_threshold, reference_key
 from ..core.errors import ConfigError
@@ -171,6 +172,7 @@ def summarise_run(
     emerged = tracker.status == "emerged"
     tokens_per_step = cfg.train.batch_size * task.n_tokens
     plateau_end, rise, width_note = tracker.transition()
+    patterns = module.learned_patterns()
     return {
         "job_id": cfg.job_id(),
         "status": tracker.status,
@@ -187,7 +189,8 @@ def summarise_run(
         "final_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
         "curve": tracker.history,
         "curves": curves,
-        "learned_patterns": module.learned_patterns(),
+        "learned_patterns": patterns,
+        "attention_target": task.attention_target().tolist() if patterns else None,
         "wall_time_s": wall,
         "steps_per_s": steps / wall if wall > 0 else None,
         "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,

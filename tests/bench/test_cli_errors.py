@@ -154,7 +154,7 @@ def test_bad_sweep(text, args, message, cli, tmp_path):
 
 
 def test_sweep_output_problems_are_refused_before_anything_is_written(cli, tmp_path):
-    from bench.sweeps.sweep import SweepLock
+    from bench.sweeps.results import SweepLock
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(GOOD)

@@ -17,7 +17,7 @@ SMALL = {
 
 
 def small(name: str, **fields):
-    cfg = TASKS[name][0](**{**SMALL[name], **fields})
+    cfg = TASKS[name](**{**SMALL[name], **fields})
     return build_task(cfg, batch_size=64, seed=fields.pop("seed", 0))
 
 

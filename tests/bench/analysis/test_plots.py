@@ -7,7 +7,7 @@ import pytest
 from bench.analysis.labels import covarying
 from bench.analysis.plots import representative
 from bench.core.errors import ConfigError
-from bench.sweeps.sweep import axis_value
+from bench.sweeps.axes import axis_value
 
 
 def _row(heads: int, task_seed: int = 0) -> dict:

@@ -3,9 +3,12 @@
 import csv
 import math
 import sqlite3
+import subprocess
+import sys
 
 from bench.analysis.leaderboard import best_lr, summarise, with_null_rows
-from bench.sweeps.sweep import SweepLock, expand, load_spec
+from bench.sweeps.results import SweepLock
+from bench.sweeps.sweep import expand, load_spec
 from bench.training.config import load_run_config
 
 
@@ -95,9 +98,22 @@ def test_sweep_records_every_job_in_the_database_and_resumes(spec_file, cli):
 
     (out / "leaderboard.md").unlink()
     assert cli("leaderboard", str(out))[0] == 0
+    markdown_again = (out / "leaderboard.md").read_text()
     assert (out / "leaderboard.md").read_text().startswith("# tiny")
     code, captured = cli("status", str(out))
     assert "8/8 finished" in captured.out and "not running (complete)" in captured.out
+
+    # the sweep recorded what labels and figures need: status and leaderboard load no torch
+    assert '"transformer"' in db.execute(
+        "SELECT value FROM meta WHERE key = 'arch_defaults'").fetchone()[0]
+    for command in ("status", "leaderboard"):
+        audit = ("import sys; from bench.cli import main; sys.argv = ['bench', *sys.argv[1:]]\n"
+                 "try: main()\nexcept SystemExit: pass\n"
+                 "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
+        done = subprocess.run([sys.executable, "-c", audit, command, str(out)],
+                              capture_output=True, text=True, check=True)
+        assert done.stdout.strip().splitlines()[-1] == "[]", (command, done.stdout)
+    assert (out / "leaderboard.md").read_text() == markdown_again
 
 
 def test_a_grown_spec_reuses_finished_jobs_and_the_table_shows_the_current_spec(spec_file, cli):

@@ -1,0 +1,33 @@
+"""A row's value on a swept axis: a config field (`arch.n_heads`) or an axis its task derives
+from its fields (a linear map's `supports` = C(S, s)). Torch-free: tables and figures use it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datamodules import TASKS
+
+from ..core.errors import ConfigError
+
+DERIVED_AXES = {axis: info for schema in TASKS.values() for axis, info in schema.DERIVED.items()}
+
+
+def derived_axis(axis: str) -> tuple[str, str] | None:
+    """(the field it stands in for, its figure title) of an axis a task derives, else None."""
+    return DERIVED_AXES.get(axis)
+
+
+def axis_value(config: dict[str, Any], axis: str) -> float:
+    """A row's value on an axis: `section.field` of its config, or an axis its task derives
+    from its fields (a linear map's `supports` = C(S, s))."""
+    if "." not in axis:
+        task = config["task"]
+        schema = TASKS[task["name"]]
+        if axis not in schema.DERIVED:
+            raise ConfigError(f"plots: '{axis}' is not an axis of the {task['name']} task; "
+                              f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
+        return schema.derived(axis, task)
+    section, _, name = axis.partition(".")
+    if name not in config.get(section, {}):
+        raise ConfigError(f"plots: '{axis}' is not a field of every row's {section}")
+    return config[section][name]
