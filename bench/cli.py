@@ -163,6 +163,32 @@ def _render(out: Path, spec: dict, results: list[dict]) -> None:
     print((out / "leaderboard.md").read_text())
 
 
+@app.command(name="ls")
+def ls(
+    what: Annotated[str, typer.Argument(help="tasks or archs")],
+    name: Annotated[str | None, typer.Argument(help="only this one")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
+) -> None:
+    """List the tasks or architectures with every field, its default and what it means
+    (`bench ls archs transformer`). Tasks load no torch; architectures load torch, not fla."""
+    from .core.schema import describe, to_text
+
+    if what == "tasks":
+        from datamodules import TASKS as registry
+    elif what == "archs":
+        from architectures import ARCHITECTURES as registry
+    else:
+        raise ConfigError(f"ls: unknown '{what}'; allowed: tasks, archs")
+    if name is not None and name not in registry:
+        raise ConfigError(f"ls {what}: unknown '{name}'; allowed: {', '.join(registry)}")
+    chosen = {k: v for k, v in registry.items() if name in (None, k)}
+    if json_:
+        print(json.dumps({k: [f._asdict() for f in describe(v)] for k, v in chosen.items()},
+                         indent=2, default=str))
+    else:
+        print("\n\n".join(to_text(k, v) for k, v in chosen.items()))
+
+
 @app.command()
 def perf(
     arch: Annotated[list[str] | None, typer.Option(
