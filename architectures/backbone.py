@@ -10,7 +10,7 @@ import functools
 import importlib
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import torch
@@ -18,6 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .protocols import UsesContext
+
+MAX_SIZE = 2**16  # any integer field of an architecture
+MAX_LAYERS = 1024
 
 
 @dataclass
@@ -37,6 +40,10 @@ class ArchConfig:
     def __post_init__(self) -> None:
         self.require_at_least(1, "d_model", "n_layers")
         self.require_at_least(0, "mlp_ratio")
+        for f in fields(self):  # every size has a ceiling (memory is estimated before a run)
+            value, high = getattr(self, f.name), MAX_LAYERS if f.name == "n_layers" else MAX_SIZE
+            if isinstance(value, int) and not isinstance(value, bool) and value > high:
+                raise ValueError(f"{f.name}: must be <= {high}, got {value}")
 
     def require_at_least(self, minimum: int, *fields: str) -> None:
         """One-line ValueError naming the first of `fields` below `minimum`."""

@@ -50,7 +50,7 @@ class CausalSelfAttention(RecordsAttention, nn.Module):
         causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
         logits_bias = bias.float().masked_fill(~causal, float("-inf"))  # (L, L)
         self.register_buffer("logits_bias", logits_bias, persistent=False)
-        self.plain_causal = not bool(bias.any())
+        self.plain_causal = bias.is_meta or not bool(bias.any())  # meta: counting parameters
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape

@@ -28,11 +28,13 @@ def run(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Train one job, e.g. `bench run task.state_size=8 arch.name=transformer seed=3`."""
+    from .sweeps.results import check_out_dir
     from .training.config import load_run_config
     from .training.run import train
 
     cfg = load_run_config(overrides or [])
     run_dir = out or Path("runs") / cfg.job_id()
+    check_out_dir(run_dir)
     result = train(cfg, run_dir, progress=progress and not json_)
     if result is None:  # a rank other than 0 of a multi-device run: rank 0 reports
         return
@@ -207,8 +209,10 @@ def perf(
     = Path("runs/perf"),
 ) -> None:
     """Time the suite's Lightning step against a bare PyTorch loop, per mixer and length."""
+    from .sweeps.results import check_out_dir
     from .tools.perf import DEFAULT_ARCHS, run_perf
 
+    check_out_dir(out)
     run_perf(arch or DEFAULT_ARCHS, sizes.split(","), repeats, batch, seconds, warmup, compile_,
              accelerator, out)
     print((out / "perf.md").read_text())

@@ -18,6 +18,17 @@ if TYPE_CHECKING:
     from .base import StateSequenceTask
 
 PER_SEED = "per_seed"
+SEED_LIMIT = 2**32  # seeds are 0 .. 2^32 - 1 (numpy's range)
+MAX_TOKENS_PER_STATE = 1024
+MAX_STATES = 1024
+MAX_VOCAB = 2**20
+
+
+def check_range(config: Any, name: str, low: int, high: int, why: str = "") -> None:
+    """One-line ValueError unless low <= config.name <= high."""
+    value = getattr(config, name)
+    if not low <= value <= high:
+        raise ValueError(f"{name}: must be in {low}..{high}{why}, got {value}")
 
 
 @dataclass
@@ -51,19 +62,37 @@ class TaskConfig:
         """The value of a derived axis for a task config given as a dict."""
         raise KeyError(axis)
 
+    @property
+    def tokens_per_state(self) -> int:
+        """S: tokens in one state."""
+        raise NotImplementedError
+
+    @property
+    def vocab(self) -> int:
+        """V: the token alphabet size."""
+        raise NotImplementedError
+
+    @property
+    def seq_len(self) -> int:
+        """L = S*T - 1: the model's input length."""
+        return self.tokens_per_state * self.n_states - 1
+
+    def table_bytes(self) -> int:
+        """Bytes the task's hidden rule takes (a matrix, rule tables), for the memory estimate."""
+        return 8 * self.tokens_per_state ** 2
+
     def build(self, **kwargs: Any) -> StateSequenceTask:
         """The task's LightningDataModule for this config (imports torch and Lightning)."""
         module, _, cls = self.DATAMODULE.partition(":")
         return getattr(importlib.import_module(module), cls)(self, **kwargs)
 
     def __post_init__(self) -> None:
-        if self.n_states < 2:
-            raise ValueError(f"n_states: must be >= 2, got {self.n_states}")
+        check_range(self, "n_states", 2, MAX_STATES)
         seed = self.task_seed
         if seed != PER_SEED and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or not 0 <= seed < 2**63):
-            raise ValueError(f"task_seed: must be an integer in [0, 2^63) or {PER_SEED}, "
-                             f"got {seed!r}")
+                                 or not 0 <= seed < SEED_LIMIT):
+            raise ValueError(f"task_seed: must be an integer in 0..{SEED_LIMIT - 1} or "
+                             f"{PER_SEED}, got {seed!r}")
         if not 0 < self.held_out < 1:  # NaN fails too
             raise ValueError(f"held_out: must be in (0, 1), got {self.held_out}")
         accept = (1 - self.held_out) ** (self.n_states - 1)
@@ -103,14 +132,20 @@ class LinearMapConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.state_size < 2:
-            raise ValueError(f"state_size: must be >= 2, got {self.state_size}")
+        check_range(self, "state_size", 2, MAX_TOKENS_PER_STATE)
         if not 1 <= self.sparsity < self.state_size:
             raise ValueError(
                 f"sparsity: must be in 1..state_size-1 ({self.state_size - 1}), got "
                 f"{self.sparsity} (s = S makes every token the sum of the previous state)")
-        if self.modulus < 2:
-            raise ValueError(f"modulus: must be >= 2, got {self.modulus}")
+        check_range(self, "modulus", 2, MAX_VOCAB)
+
+    @property
+    def tokens_per_state(self) -> int:
+        return self.state_size
+
+    @property
+    def vocab(self) -> int:
+        return self.modulus
 
 
 @dataclass
@@ -133,14 +168,11 @@ class CellularAutomatonConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.n_colors < 2:
-            raise ValueError(f"n_colors: must be >= 2, got {self.n_colors}")
-        if self.radius < 0:
-            raise ValueError(f"radius: must be >= 0, got {self.radius}")
-        if self.rule_applications < 1:
-            raise ValueError(f"rule_applications: must be >= 1, got {self.rule_applications}")
-        if self.n_rules < 1:
-            raise ValueError(f"n_rules: must be >= 1, got {self.n_rules}")
+        check_range(self, "n_cells", 1, MAX_TOKENS_PER_STATE)
+        check_range(self, "n_colors", 2, MAX_VOCAB)
+        check_range(self, "radius", 0, MAX_TOKENS_PER_STATE)
+        check_range(self, "rule_applications", 1, MAX_TOKENS_PER_STATE)
+        check_range(self, "n_rules", 1, 4096)
         reach = 2 * self.radius * self.rule_applications + 1
         if reach > self.n_cells:
             raise ValueError(
@@ -152,3 +184,14 @@ class CellularAutomatonConfig(TaskConfig):
                 f"radius: the rule table n_colors^(2*radius+1) must have at most 2^22 entries, "
                 f"got {self.n_colors}^{2 * self.radius + 1}"
             )
+
+    @property
+    def tokens_per_state(self) -> int:
+        return self.n_cells
+
+    @property
+    def vocab(self) -> int:
+        return self.n_colors
+
+    def table_bytes(self) -> int:
+        return 8 * self.n_rules * self.n_colors ** (2 * self.radius + 1)

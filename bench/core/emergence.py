@@ -33,14 +33,15 @@ class EmergenceCriterion:
     """stop training once emergence is confirmed"""
 
     def __post_init__(self) -> None:
-        if self.consecutive < 1:
-            raise ValueError(f"consecutive: must be >= 1, got {self.consecutive}")
+        if not 1 <= self.consecutive <= 10_000:
+            raise ValueError(f"consecutive: must be in 1..10000, got {self.consecutive}")
         if self.higher_is_better and not 0 < self.threshold <= 1:
             raise ValueError(
                 f"threshold: must be in (0, 1] for {self.metric}, got {self.threshold}"
             )
-        if not self.higher_is_better and self.threshold <= 0:
-            raise ValueError(f"threshold: must be > 0 for {self.metric}, got {self.threshold}")
+        if not self.higher_is_better and not 0 < self.threshold < math.inf:  # NaN fails too
+            raise ValueError(f"threshold: must be a finite number > 0 for {self.metric}, "
+                             f"got {self.threshold}")
 
     @property
     def higher_is_better(self) -> bool:

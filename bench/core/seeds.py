@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+SEED_LIMIT = 2**32  # seeds are 0 .. 2^32 - 1 (numpy's range)
 TUNE_SEED_START = 1000  # `tune: {seeds: n}` means seeds 1000 .. 1000 + n - 1
 
 
@@ -17,8 +18,10 @@ def seed_list(seeds: Any, where: str, start: int = 0) -> list[int]:
         return list(range(start, start + seeds))
     if not seeds:
         raise ValueError(f"{where}: an empty list; give a count or at least one seed")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds):
-        raise ValueError(f"{where}: every seed must be an integer in [0, 2^63), got {seeds}")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < SEED_LIMIT
+               for s in seeds):
+        raise ValueError(f"{where}: every seed must be an integer in 0..{SEED_LIMIT - 1}, "
+                         f"got {seeds}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"{where}: listed twice in {seeds}")
     return list(seeds)

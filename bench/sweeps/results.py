@@ -66,6 +66,9 @@ class ResultsDB:
         self.path = Path(path)
         if not create and not self.path.is_file():
             raise ConfigError(f"{self.path.parent}: no results database ({self.path.name}) here")
+        if self.path.is_file() and not self.path.stat().st_size:
+            raise ConfigError(f"{self.path}: an empty file, not a results database; refusing to "
+                              "touch it (remove it to start afresh)")
         self._fail_if_foreign()
         self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         try:
@@ -238,6 +241,22 @@ class SweepLock:
             os.close(fd)
 
 
+def check_out_dir(out: Path) -> None:
+    """`out` is, or can be created as, a writable directory: checked before anything is written."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"--out: {out} cannot be created ({probe} is not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out: {out} is not writable ({probe} is read-only)")
+    db = out / ResultsDB.FILENAME
+    if db.exists():  # refuse a corrupt or foreign database before touching anything
+        ResultsDB(db).close()
+
+
 def field_defaults(schema: type) -> dict[str, Any]:
     """A config dataclass's field defaults (those with a plain default)."""
     return {f.name: f.default for f in dataclasses.fields(schema)
@@ -256,4 +275,5 @@ def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         db.close()
 
 
-__all__ = ["FINISHED", "STATUSES", "ResultsDB", "SweepLock", "field_defaults", "read_results"]
+__all__ = ["FINISHED", "STATUSES", "ResultsDB", "SweepLock", "check_out_dir", "field_defaults",
+           "read_results"]

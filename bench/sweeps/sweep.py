@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 import json
 import math
-import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +35,7 @@ from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
 from ..training.config import RunConfig, build_section, load_run_config
 from .axes import DERIVED_AXES, axis_value, derived_axis
-from .results import FINISHED, ResultsDB, SweepLock, field_defaults
+from .results import FINISHED, ResultsDB, SweepLock, check_out_dir, field_defaults
 
 
 @dataclass
@@ -67,6 +67,9 @@ class SweepSpec:
     `seeds`, each row at its chosen rate"""
 
     def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(self.name)):
+            raise ValueError(f"name: must be 1-100 letters, digits, '.', '_' or '-' (not "
+                             f"starting with '.' or '-': it names a directory), got {self.name!r}")
         if not self.archs:
             raise ValueError("archs: must list at least one architecture")
         if not all(isinstance(a, dict) for a in self.archs):
@@ -184,7 +187,20 @@ def choose_rates(results: list[dict[str, Any]]) -> dict[str, float]:
     return {family: min(prefs)[2] for family, prefs in families.items()}
 
 
+MAX_JOBS = 20_000  # jobs one spec may list (its reported and tuning runs each)
+
+
+def grid_size(section: dict[str, Any]) -> int:
+    """How many configs a section's grid holds, without building them."""
+    return math.prod(len(v) if isinstance(v, list) else 1 for v in section.values())
+
+
 def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig]:
+    count = (sum(grid_size(t) for t in spec.tasks) * sum(grid_size(a) for a in spec.archs)
+             * len(lrs) * len(seeds))
+    if count > MAX_JOBS:
+        raise ConfigError(f"task, archs, lr, seeds: the grid lists {count:,} jobs; must be at "
+                          f"most {MAX_JOBS:,} (split the sweep)")
     jobs = []
     for t, task_section in enumerate(spec.tasks):
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
@@ -263,22 +279,6 @@ def _job(task, arch, train, spec, seed, i) -> RunConfig:
 
 
 # --- running ---------------------------------------------------------------------------------
-def check_out_dir(out: Path) -> None:
-    """`out` is, or can be created as, a writable directory: checked before anything is written."""
-    probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"--out: {out} cannot be created ({probe} is not a directory)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out: {out} is not writable ({probe} is read-only)")
-    db = out / ResultsDB.FILENAME
-    if db.exists():  # refuse a corrupt or foreign database before touching anything
-        ResultsDB(db).close()
-
-
 def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
               options: dict[str, Any] | None = None, progress: bool = True,
               keep: Callable[[RunConfig], bool] | None = None) -> dict[str, int]:

@@ -8,7 +8,9 @@ Every problem surfaces as a `ConfigError` whose message is one line naming the f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,8 @@ from datamodules import TASKS, TaskConfig
 
 from ..core.emergence import EmergenceCriterion
 from ..core.errors import ConfigError
-from ..core.rows import content_hash, experiment
+from ..core.rows import HARDWARE_ONLY, content_hash, experiment
+from ..core.seeds import SEED_LIMIT
 
 
 @dataclass
@@ -51,14 +54,20 @@ class TrainConfig:
     """torch.compile the model (speed only: not part of the job id)"""
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "eval_every", "eval_size", "probe_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "weight_decay", "warmup_steps", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        if self.lr == 0:
-            raise ValueError("lr: must be > 0, got 0")
+        for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
+                           ("probe_size", 2**20), ("warmup_steps", 10**8)):
+            low = 0 if name == "warmup_steps" else 1
+            if not low <= getattr(self, name) <= high:
+                raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
+        if not 1 <= self.eval_every <= self.max_steps:
+            raise ValueError(f"eval_every: must be in 1..max_steps ({self.max_steps}): no "
+                             "evaluation within the budget measures nothing, got "
+                             f"{self.eval_every}")
+        for name, low, high in (("lr", 0, 10), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
+            value = getattr(self, name)
+            if not low <= value <= high or (name == "lr" and value == 0):  # NaN fails too
+                bounds = f"({low}, {high}]" if name == "lr" else f"[{low}, {high}]"
+                raise ValueError(f"{name}: must be in {bounds}, got {value}")
 
 
 # Trainer arguments the runner sets itself; everything else in `trainer.*` passes through.
@@ -72,6 +81,16 @@ RESERVED_TRAINER_KEYS = {
     "callbacks": "emergence.*",
     "default_root_dir": "--out",
     "num_sanity_val_steps": "the step-0 evaluation (always the whole set)",
+    # options that would override the budget or what an evaluation sees
+    "fast_dev_run": "train.max_steps",
+    "max_time": "train.max_steps",
+    "min_steps": "train.max_steps (emergence stops a run early)",
+    "min_epochs": "train.max_steps (emergence stops a run early)",
+    "limit_train_batches": "train.max_steps",
+    "limit_val_batches": "train.eval_size (the evaluation is always the whole set)",
+    "overfit_batches": "nothing: a run trains on its task's stream",
+    "accumulate_grad_batches": "train.batch_size",
+    "barebones": "nothing: a run needs its logged metrics",
 }
 TRAINER_KEYS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
 
@@ -87,7 +106,11 @@ class RunConfig:
     trainer: dict[str, Any] = field(default_factory=dict)
     """passed to lightning.Trainer (accelerator, devices, precision, strategy, ...)"""
     seed: int = 0
-    """seed for initialisation and the training data stream"""
+    """seed for initialisation and the training data stream (0 .. 2^32 - 1)"""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed: must be in 0..{SEED_LIMIT - 1}, got {self.seed}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -140,10 +163,17 @@ def _raw(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
 
 
 def build_section(schema: type, raw: Any, section: str) -> Any:
-    """Merge `raw` into the dataclass `schema` and build it, naming `section` in any error."""
+    """Merge `raw` into the dataclass `schema` and build it, naming `section` in any error.
+    Beyond the types OmegaConf checks: a boolean is true or false (not 7), a float is finite."""
+    where = f"{section}." if section else ""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), raw or {})
-        return OmegaConf.to_object(merged)
+        _check_booleans(schema, raw or {})
+        built = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw or {}))
+        for f in dataclasses.fields(built):
+            value = getattr(built, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name}: must be a finite number, got {value}")
+        return built
     except OmegaConfBaseException as e:
         line = _one_line(e)
         if "not in" in line:
@@ -151,7 +181,19 @@ def build_section(schema: type, raw: Any, section: str) -> Any:
             line = f"{line.split(':')[0]}: unknown key; allowed: {allowed}"
         raise ConfigError(f"{section}.{line}" if section else line) from None
     except ValueError as e:
-        raise ConfigError(f"{section}.{e}" if section else str(e)) from None
+        raise ConfigError(f"{where}{e}") from None
+    except Exception as e:  # a plug-in config's own __post_init__ may raise anything
+        raise ConfigError(f"{section or 'config'}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+def _check_booleans(schema: type, raw: Any) -> None:
+    """OmegaConf reads any integer as a boolean; a boolean field takes true or false only."""
+    for f in dataclasses.fields(schema):
+        if f.type in (bool, "bool") and f.name in raw:
+            value = raw[f.name]
+            if not (isinstance(value, bool) or str(value).lower() in ("true", "false")):
+                raise ValueError(f"{f.name}: must be true or false, got {value!r}")
 
 
 def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
@@ -177,11 +219,42 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> 
 
 
 def check_trainer(options: dict[str, Any]) -> None:
+    """Every option is a Trainer argument the runner leaves to the user, with a value Lightning
+    accepts: checked by building a Trainer on the CPU (the hardware options only for their form,
+    since a sweep may be checked on a machine other than the one that runs it)."""
     for key in options:
         if key in RESERVED_TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}: set by the runner; use {RESERVED_TRAINER_KEYS[key]}")
         if key not in TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}: not an argument of lightning.Trainer")
+    for key in ("devices", "num_nodes"):
+        value = options.get(key, 1)
+        if isinstance(value, bool) or (isinstance(value, int) and value < (
+                -1 if key == "devices" else 1)) or value == 0:
+            also = ", -1, auto or a list of device indices" if key == "devices" else ""
+            raise ConfigError(f"trainer.{key}: must be a count >= 1{also}, got {value!r}")
+    _build_cpu_trainer(repr(sorted(
+        (k, v) for k, v in options.items() if k not in HARDWARE_ONLY)))
+
+
+@functools.cache
+def _build_cpu_trainer(options_repr: str) -> None:
+    import ast
+    import logging
+
+    options = dict(ast.literal_eval(options_repr))
+    quiet = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False, **options)
+    except Exception as e:
+        raise ConfigError(f"trainer: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
 
 
 __all__ = [

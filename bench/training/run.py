@@ -30,6 +30,7 @@ from ..core.errors import ConfigError
 from .callback import EmergenceCallback
 from .config import RunConfig
 from .lightning_module import EmergenceModule
+from .memory import check_memory
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
             "fla-core", "triton", "mamba-ssm")
@@ -114,6 +115,7 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     """
     quiet_lightning()
     run_dir = Path(run_dir)
+    check_memory(cfg)  # before anything is allocated
     task = build_run_task(cfg)
     try:  # a mixer that breaks the contract is rejected before anything trains or is written
         check_mixer(cfg.arch, task.seq_len)

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,13 +12,14 @@ BAD_RUNS = [
     (["task.sparsty=2"], "task.sparsty: unknown key; allowed:"),
     (["task.sparsity=0"], "task.sparsity: must be in 1..state_size-1 (11), got 0"),
     (["task.state_size=4", "task.sparsity=5"], "task.sparsity: must be in 1..state_size-1 (3)"),
-    (["task.n_states=1"], "task.n_states: must be >= 2"),
-    (["task.name=cellular_automaton", "task.n_colors=1"], "task.n_colors: must be >= 2"),
+    (["task.n_states=1"], "task.n_states: must be in 2..1024, got 1"),
+    (["task.name=cellular_automaton", "task.n_colors=1"],
+     "task.n_colors: must be in 2..1048576, got 1"),
     (["task.name=cellular_automaton", "task.n_cells=4", "task.radius=2"],
      "task.n_cells: must be >= 2*radius*rule_applications+1 = 5"),
     (["task.name=sorting"], "task.name: unknown 'sorting'; allowed: linear_map"),
     (["arch.name=lstm"], "arch.name: unknown 'lstm'; allowed: transformer, mlp_mixer"),
-    (["train.max_steps=-10"], "train.max_steps: must be >= 1, got -10"),
+    (["train.max_steps=-10"], "train.max_steps: must be in 1..100000000, got -10"),
     (["train.lr=fast"], "train.lr: Value 'fast' of type 'str' could not be converted to Float"),
     (["seed=1.5"], "seed: Value '1.5'"),
     (["arch.n_heads=0"], "arch.n_heads: must be >= 1"),
@@ -33,7 +35,7 @@ BAD_RUNS = [
     (["task.held_out=1.5"], "task.held_out: must be in (0, 1), got 1.5"),
     (["task.held_out=.nan"], "task.held_out: must be in (0, 1), got nan"),
     (["task.held_out=0"], "task.held_out: must be in (0, 1), got 0"),
-    (["task.task_seed=some"], "task.task_seed: must be an integer in [0, 2^63) or per_seed"),
+    (["task.task_seed=some"], "task.task_seed: must be an integer in 0..4294967295 or per_seed"),
     (["task.name=cellular_automaton", "task.n_colors=2", "task.n_rules=4",
       "emergence.threshold=0.99"],
      "emergence.threshold: 0.99 for val/token_acc is beyond this task's Bayes ceiling"),
@@ -44,6 +46,28 @@ BAD_RUNS = [
      "emergence.threshold: 5 for val/loss is met without reading the context"),
     (["trainer.num_sanity_val_steps=2"],
      "trainer.num_sanity_val_steps: set by the runner; use the step-0 evaluation"),
+    # issue 13: meaningless combinations, non-finite and out-of-range values, bad trainer options
+    (["train.eval_every=500", "train.max_steps=100"],
+     "train.eval_every: must be in 1..max_steps (100): no evaluation within the budget"),
+    (["train.lr=inf"], "train.lr: must be in (0, 10], got inf"),
+    (["train.lr=nan"], "train.lr: must be in (0, 10], got nan"),
+    (["arch.attention_bias=-inf"], "arch.attention_bias: must be a finite number, got -inf"),
+    (["emergence.metric=val/loss", "emergence.threshold=inf"],
+     "emergence.threshold: must be a finite number > 0 for val/loss, got inf"),
+    (["arch.positional=7"], "arch.positional: must be true or false, got 7"),
+    (["seed=-1"], "seed: must be in 0..4294967295, got -1"),
+    (["seed=18446744073709551616"], "seed: must be in 0..4294967295"),
+    (["train.batch_size=100000000"], "train.batch_size: must be in 1..1048576"),
+    (["task.state_size=3000"], "task.state_size: must be in 2..1024, got 3000"),
+    (["arch.n_layers=100000"], "arch.n_layers: must be <= 1024, got 100000"),
+    (["task.name=cellular_automaton", "task.radius=0", "task.rule_applications=1000000000"],
+     "task.rule_applications: must be in 1..1024"),
+    (["train.batch_size=200000"], "train.batch_size: the run needs about"),
+    (["arch.head_dim=60000"], "the run needs about"),
+    (["trainer.fast_dev_run=true"], "trainer.fast_dev_run: set by the runner; use train.max_steps"),
+    (["trainer.max_time=00:00:01:00"], "trainer.max_time: set by the runner"),
+    (["trainer.devices=0"], "trainer.devices: must be a count >= 1, -1, auto or a list"),
+    (["trainer.precision=bogus"], "trainer: ValueError: Precision 'bogus' is invalid"),
 ]
 
 
@@ -98,7 +122,7 @@ BAD_SWEEPS = [
     (GOOD.replace("seeds: 1", "seeds: []"), [], "seeds: an empty list"),
     (GOOD.replace("seeds: 1", "seeds: [3, 3]"), [], "seeds: listed twice in [3, 3]"),
     (GOOD.replace("seeds: 1", "seeds: [-1]"), [],
-     "seeds: every seed must be an integer in [0, 2^63)"),
+     "seeds: every seed must be an integer in 0..4294967295"),
     (GOOD.replace("seeds: 1", "seeds: 1000000000"), [], "seeds: must be in 1..10000"),
     (GOOD.replace("sparsity: 2}", "sparsity: 2, held_out: 1.0}"), [],
      "task.held_out: must be in (0, 1), got 1.0"),
@@ -139,6 +163,18 @@ BAD_SWEEPS = [
     (GOOD, ["--set", "seeds=0"], "seeds: must be in 1..10000"),
     (GOOD, ["--set", "trainer.max_steps=3"],
      "trainer.max_steps: set by the runner; use train.max_steps"),
+    # issue 13: validated before anything is written
+    (GOOD + "trainer: {devices: 0}\n", [], "trainer.devices: must be a count >= 1"),
+    (GOOD + "trainer: {precision: bogus}\n", [], "trainer: ValueError: Precision 'bogus'"),
+    (GOOD.replace("max_steps: 20", "lr: .nan, max_steps: 20"), [],
+     "train.lr: must be in (0, 10], got nan"),
+    (GOOD.replace("seeds: 1", "seeds: [18446744073709551616]"), [],
+     "seeds: every seed must be an integer in 0..4294967295"),
+    (GOOD.replace("d_model: 16", "d_model: [" + ", ".join(map(str, range(1, 101))) + "]")
+     .replace("seeds: 1", "seeds: 300"), [],
+     "the grid lists 30,000 jobs; must be at most 20,000"),
+    (GOOD.replace("name: ", "name: ../../../escaped #", 1), [],
+     "name: must be 1-100 letters, digits"),
 ]
 
 
@@ -174,12 +210,30 @@ def test_sweep_output_problems_are_refused_before_anything_is_written(cli, tmp_p
     assert sorted(p.name for p in out.iterdir()) == ["results.sqlite"]
     assert (out / "results.sqlite").read_bytes() == b"not a database" * 100
 
+    empty = tmp_path / "empty"  # a 0-byte results.sqlite is not ours to fill in
+    empty.mkdir()
+    (empty / "results.sqlite").write_bytes(b"")
+    for args in (["sweep", str(spec), "--out", str(empty)], ["status", str(empty)],
+                 ["leaderboard", str(empty)]):
+        code, captured = cli(*args)
+        assert code == 2 and "an empty file, not a results database" in captured.err
+    assert sorted(p.name for p in empty.iterdir()) == ["results.sqlite"]
+    assert (empty / "results.sqlite").read_bytes() == b""
+
     busy = tmp_path / "busy"
     busy.mkdir()
     with SweepLock(busy):  # another sweep holds the directory
         code, captured = cli("sweep", str(spec), "--out", str(busy))
     assert code == 2 and "another sweep (pid " in captured.err and "is running" in captured.err
     assert sorted(p.name for p in busy.iterdir()) == [".lock"]
+
+
+def test_run_out_must_be_a_directory_before_anything_runs(cli, tmp_path):
+    (tmp_path / "file").write_text("mine")
+    for out in (tmp_path / "file", Path("/dev/null")):
+        code, captured = cli("run", "train.max_steps=100", "--out", str(out))
+        assert code == 2 and f"error: --out: {out} cannot be created" in captured.err
+    assert (tmp_path / "file").read_text() == "mine"
 
 
 def test_console_script_exits_2_without_traceback(tmp_path):
