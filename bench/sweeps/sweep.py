@@ -235,10 +235,19 @@ def check_tests(tests: list[Any]) -> None:
 
 
 def check_tasks(jobs: list[RunConfig]) -> None:
-    """Build each job's task instance (one per task config and seed) and check its emergence
-    threshold against it, before anything is written."""
+    """Estimate each job's memory (one per task, architecture and training config: on the
+    machine that sweeps, where the device is unknown here nothing is compared), build each job's
+    task instance (one per task config and seed) and check its emergence threshold against it,
+    before anything is written."""
+    from ..training.memory import check_memory
     from ..training.run import build_run_task
 
+    sized = set()
+    for job in jobs:
+        key = (repr(job.task), repr(job.arch), repr(job.train), repr(job.trainer))
+        if key not in sized:
+            sized.add(key)
+            check_memory(job)
     seen = set()
     for job in jobs:
         key = (repr(job.task), job.seed if job.task.task_seed == "per_seed" else None,

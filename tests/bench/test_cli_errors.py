@@ -173,6 +173,8 @@ BAD_SWEEPS = [
     (GOOD.replace("d_model: 16", "d_model: [" + ", ".join(map(str, range(1, 101))) + "]")
      .replace("seeds: 1", "seeds: 300"), [],
      "the grid lists 30,000 jobs; must be at most 20,000"),
+    (GOOD.replace("d_model: 16, n_layers: 1", "d_model: 4096, n_layers: 1000"), [],
+     "the run needs about"),
     (GOOD.replace("name: ", "name: ../../../escaped #", 1), [],
      "name: must be 1-100 letters, digits"),
 ]
