@@ -17,6 +17,7 @@ from .core.errors import ConfigError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="emergence-bench: when do token mixers learn sparse mixing patterns?")
 
+RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml"}  # what `bench run` writes
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides, key=value")]
 
 
@@ -35,6 +36,11 @@ def run(
     cfg = load_run_config(overrides or [])
     run_dir = out or Path("runs") / cfg.job_id()
     check_out_dir(run_dir)
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_FILES) \
+        if run_dir.is_dir() else []
+    if foreign:
+        raise ConfigError(f"--out: {run_dir} holds files a run did not write ({foreign[0]}, ...); "
+                          "choose a new or empty directory")
     result = train(cfg, run_dir, progress=progress and not json_)
     if result is None:  # a rank other than 0 of a multi-device run: rank 0 reports
         return

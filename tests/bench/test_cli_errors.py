@@ -236,6 +236,12 @@ def test_run_out_must_be_a_directory_before_anything_runs(cli, tmp_path):
         code, captured = cli("run", "train.max_steps=100", "--out", str(out))
         assert code == 2 and f"error: --out: {out} cannot be created" in captured.err
     assert (tmp_path / "file").read_text() == "mine"
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "metrics.csv").write_text("a user's own")
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    code, captured = cli("run", "train.max_steps=100", "--out", str(tmp_path / "notes"))
+    assert code == 2 and "holds files a run did not write (todo.txt, ...)" in captured.err
+    assert (tmp_path / "notes" / "metrics.csv").read_text() == "a user's own"
 
 
 def test_console_script_exits_2_without_traceback(tmp_path):
