@@ -27,13 +27,24 @@ def run(
     out: Annotated[Path | None, typer.Option(help="run directory [runs/<job id>]")] = None,
     json_: Annotated[bool, typer.Option("--json", help="print result.json to stdout")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    config: Annotated[Path | None, typer.Option(
+        help="YAML file of config sections; key=value overrides win over it")] = None,
+    print_config: Annotated[bool, typer.Option(
+        "--print-config", help="print the resolved config (every field) as YAML and exit")]
+    = False,
 ) -> None:
     """Train one job, e.g. `bench run task.state_size=8 arch.name=transformer seed=3`."""
     from .sweeps.results import check_out_dir
     from .training.config import load_run_config
+
+    cfg = load_run_config(overrides or [], config)
+    if print_config:
+        from omegaconf import OmegaConf
+
+        print(f"# job {cfg.job_id()}\n" + OmegaConf.to_yaml(cfg.to_dict()), end="")
+        return
     from .training.run import train
 
-    cfg = load_run_config(overrides or [])
     run_dir = out or Path("runs") / cfg.job_id()
     check_out_dir(run_dir)
     foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_FILES) \

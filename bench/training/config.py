@@ -12,6 +12,7 @@ import functools
 import inspect
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -201,9 +202,30 @@ def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
     return _registered(raw, "task", "linear_map")
 
 
-def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = ()) -> RunConfig:
-    """Resolve overrides (a dotlist or a nested dict) into a validated RunConfig."""
+def read_config_file(path: Path | str) -> DictConfig:
+    """A YAML file of run config sections (what `--print-config` prints), as a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--config: {path}: no such file")
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as e:  # YAML syntax, encoding
+        raise ConfigError(f"--config: {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not OmegaConf.is_dict(raw):
+        raise ConfigError(f"--config: {path}: must be a mapping of sections (task, arch, ...)")
+    return raw
+
+
+def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
+                    config_file: Path | str | None = None) -> RunConfig:
+    """Resolve overrides (a dotlist or a nested dict), over a config file if one is given, into
+    a validated RunConfig."""
     raw = _raw(overrides)
+    if config_file is not None:
+        try:
+            raw = OmegaConf.merge(read_config_file(config_file), raw)
+        except OmegaConfBaseException as e:
+            raise ConfigError(_one_line(e)) from None
     unknown = set(raw) - {f.name for f in dataclasses.fields(RunConfig)}
     if unknown:
         allowed = ", ".join(f.name for f in dataclasses.fields(RunConfig))
