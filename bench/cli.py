@@ -15,6 +15,7 @@ import typer
 from .core.errors import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="emergence-bench: when do token mixers learn sparse mixing patterns?")
 
 RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml"}  # what `bench run` writes
