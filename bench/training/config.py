@@ -64,10 +64,10 @@ class TrainConfig:
             raise ValueError(f"eval_every: must be in 1..max_steps ({self.max_steps}): no "
                              "evaluation within the budget measures nothing, got "
                              f"{self.eval_every}")
-        for name, low, high in (("lr", 0, 10), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
+        for name, low, high in (("lr", 0, 1e6), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
             value = getattr(self, name)
             if not low <= value <= high or (name == "lr" and value == 0):  # NaN fails too
-                bounds = f"({low}, {high}]" if name == "lr" else f"[{low}, {high}]"
+                bounds = f"({low:g}, {high:g}]" if name == "lr" else f"[{low:g}, {high:g}]"
                 raise ValueError(f"{name}: must be in {bounds}, got {value}")
 
 

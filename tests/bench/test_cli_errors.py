@@ -49,8 +49,8 @@ BAD_RUNS = [
     # issue 13: meaningless combinations, non-finite and out-of-range values, bad trainer options
     (["train.eval_every=500", "train.max_steps=100"],
      "train.eval_every: must be in 1..max_steps (100): no evaluation within the budget"),
-    (["train.lr=inf"], "train.lr: must be in (0, 10], got inf"),
-    (["train.lr=nan"], "train.lr: must be in (0, 10], got nan"),
+    (["train.lr=inf"], "train.lr: must be in (0, 1e+06], got inf"),
+    (["train.lr=nan"], "train.lr: must be in (0, 1e+06], got nan"),
     (["arch.attention_bias=-inf"], "arch.attention_bias: must be a finite number, got -inf"),
     (["emergence.metric=val/loss", "emergence.threshold=inf"],
      "emergence.threshold: must be a finite number > 0 for val/loss, got inf"),
@@ -167,7 +167,7 @@ BAD_SWEEPS = [
     (GOOD + "trainer: {devices: 0}\n", [], "trainer.devices: must be a count >= 1"),
     (GOOD + "trainer: {precision: bogus}\n", [], "trainer: ValueError: Precision 'bogus'"),
     (GOOD.replace("max_steps: 20", "lr: .nan, max_steps: 20"), [],
-     "train.lr: must be in (0, 10], got nan"),
+     "train.lr: must be in (0, 1e+06], got nan"),
     (GOOD.replace("seeds: 1", "seeds: [18446744073709551616]"), [],
      "seeds: every seed must be an integer in 0..4294967295"),
     (GOOD.replace("d_model: 16", "d_model: [" + ", ".join(map(str, range(1, 101))) + "]")

@@ -19,7 +19,7 @@ from datamodules import build_task
 
 SMALL = {"task": {"name": "linear_map", "state_size": 4, "sparsity": 1, "n_states": 3},
          "arch": {"name": "transformer", "d_model": 16, "n_layers": 1},
-         "train": {"batch_size": 16, "max_steps": 12, "eval_every": 1000, "warmup_steps": 4,
+         "train": {"batch_size": 16, "max_steps": 12, "eval_every": 12, "warmup_steps": 4,
                    "grad_clip": 0.5}}
 
 

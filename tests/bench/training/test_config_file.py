@@ -24,6 +24,6 @@ def test_a_bad_config_file_is_one_line(cli, tmp_path):
     (tmp_path / "list.yaml").write_text("- task\n")
     (tmp_path / "bad.yaml").write_text("train: {lr: -1}\n")
     for name, message in (("missing.yaml", "no such file"), ("list.yaml", "must be a mapping"),
-                          ("bad.yaml", "train.lr: must be in (0, 10], got -1")):
+                          ("bad.yaml", "train.lr: must be in (0, 1e+06], got -1")):
         code, captured = cli("run", "--config", str(tmp_path / name))
         assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1

@@ -69,7 +69,7 @@ def test_transformer_logs_attention_mass_on_the_parents(tmp_path):
 
 
 def test_a_run_whose_loss_goes_non_finite_is_diverged_and_stops(tmp_path):
-    cfg = load_run_config([*TINY, "train.lr=1e12", "train.grad_clip=0", "train.warmup_steps=0",
+    cfg = load_run_config([*TINY, "train.lr=1e6", "train.grad_clip=0", "train.warmup_steps=0",
                            "train.max_steps=200", "train.eval_every=10"])
     result = train(cfg, tmp_path / "r", progress=False)
     assert result["status"] == "diverged" and result["steps_to_emergence"] is None
