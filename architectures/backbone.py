@@ -56,6 +56,11 @@ class ArchConfig:
         (a recurrent state, or a cache that grows with the context); None where unknown."""
         return None
 
+    def score_matrices(self, seq_len: int) -> int:
+        """(L, L) score matrices one layer computes per sequence (attention heads; 0 for mixers
+        without them): the memory estimate counts them before a run allocates."""
+        return 0
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int) -> nn.Module:
         """A new token mixer for block `layer_idx`, inputs up to `seq_len` long.
 

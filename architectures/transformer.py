@@ -35,6 +35,9 @@ class TransformerConfig(ArchConfig):
     def memory_per_layer(self, seq_len: int) -> int:
         return 2 * self.n_heads * self.head_dim * seq_len  # the key-value cache
 
+    def score_matrices(self, seq_len: int) -> int:
+        return self.n_heads
+
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return CausalSelfAttention(
             self.d_model, self.n_heads, self.head_dim, seq_len, self.attention_bias * pattern

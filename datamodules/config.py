@@ -12,10 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from .base import StateSequenceTask
+from typing import Any, ClassVar
 
 PER_SEED = "per_seed"
 SEED_LIMIT = 2**32  # seeds are 0 .. 2^32 - 1 (numpy's range)
@@ -81,8 +78,9 @@ class TaskConfig:
         """Bytes the task's hidden rule takes (a matrix, rule tables), for the memory estimate."""
         return 8 * self.tokens_per_state ** 2
 
-    def build(self, **kwargs: Any) -> StateSequenceTask:
-        """The task's LightningDataModule for this config (imports torch and Lightning)."""
+    def build(self, **kwargs: Any) -> Any:
+        """The task's LightningDataModule (a `base.StateSequenceTask`) for this config; imports
+        torch and Lightning, so this module does not import `base`."""
         module, _, cls = self.DATAMODULE.partition(":")
         return getattr(importlib.import_module(module), cls)(self, **kwargs)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from datamodules import TASKS
 
+from ..core.schema import field_defaults
 from ..sweeps.axes import axis_value, derived_axis
-from ..sweeps.results import field_defaults
 
 RECORDED: dict[str, dict[str, Any]] = {}
 """Architecture defaults as the sweep that made a database recorded them (its `arch_defaults`

@@ -34,6 +34,12 @@ def field_docs(schema: type) -> dict[str, str]:
     return docs
 
 
+def field_defaults(schema: type) -> dict[str, Any]:
+    """A config dataclass's field defaults (those with a plain default)."""
+    return {f.name: f.default for f in dataclasses.fields(schema)
+            if f.default is not dataclasses.MISSING}
+
+
 def describe(schema: type) -> list[Field]:
     """Every field of a config dataclass except `name`, in declaration order."""
     docs = field_docs(schema)

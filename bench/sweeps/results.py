@@ -12,7 +12,6 @@ of something else, is refused rather than overwritten.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -257,12 +256,6 @@ def check_out_dir(out: Path) -> None:
         ResultsDB(db).close()
 
 
-def field_defaults(schema: type) -> dict[str, Any]:
-    """A config dataclass's field defaults (those with a plain default)."""
-    return {f.name: f.default for f in dataclasses.fields(schema)
-            if f.default is not dataclasses.MISSING}
-
-
 def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The sweep's spec (as last run) and the result of every finished job of that spec."""
     db = ResultsDB(out / ResultsDB.FILENAME)
@@ -275,5 +268,4 @@ def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         db.close()
 
 
-__all__ = ["FINISHED", "STATUSES", "ResultsDB", "SweepLock", "check_out_dir", "field_defaults",
-           "read_results"]
+__all__ = ["FINISHED", "STATUSES", "ResultsDB", "SweepLock", "check_out_dir", "read_results"]

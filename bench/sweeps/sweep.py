@@ -24,18 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm.auto import tqdm
 
 from ..core.errors import ConfigError
 from ..core.rows import by_row, group_key, lr_preference, survival_sample
+from ..core.schema import field_defaults
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
-from ..training.config import RunConfig, build_section, load_run_config
+from ..training.config import RunConfig, build_section, load_run_config, read_yaml_mapping
 from .axes import DERIVED_AXES, axis_value, derived_axis
-from .results import FINISHED, ResultsDB, SweepLock, check_out_dir, field_defaults
+from .results import FINISHED, ResultsDB, SweepLock, check_out_dir
 
 
 @dataclass
@@ -137,15 +137,8 @@ def grid(section: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 def load_spec(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     """The spec at `path`, with `overrides` (key=value, e.g. trainer.accelerator=gpu) merged in."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such sweep spec")
-    try:
-        raw = OmegaConf.load(path)
-    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
-    if not isinstance(raw, dict) and not OmegaConf.is_dict(raw):
-        raise ConfigError(f"{path}: a sweep spec is a mapping (name, task, archs, seeds, ...)")
+    raw = read_yaml_mapping(path, str(path), "no such sweep spec",
+                            "a sweep spec is a mapping (name, task, archs, seeds, ...)")
     for item in overrides:
         if "=" not in item or not item.split("=", 1)[0].strip():
             raise ConfigError(f"--set {item}: expected key=value, e.g. trainer.accelerator=gpu")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -202,18 +203,25 @@ def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
     return _registered(raw, "task", "linear_map")
 
 
-def read_config_file(path: Path | str) -> DictConfig:
-    """A YAML file of run config sections (what `--print-config` prints), as a mapping."""
+def read_yaml_mapping(path: Path | str, where: str, missing: str, shape: str) -> DictConfig:
+    """The YAML mapping at `path` (a sweep spec, a run config file); a missing file, bad YAML or
+    another shape is one ConfigError starting `where`."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"--config: {path}: no such file")
+        raise ConfigError(f"{where}: {missing}")
     try:
         raw = OmegaConf.load(path)
-    except Exception as e:  # YAML syntax, encoding
-        raise ConfigError(f"--config: {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError) as e:  # syntax, encoding
+        raise ConfigError(f"{where}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
     if not OmegaConf.is_dict(raw):
-        raise ConfigError(f"--config: {path}: must be a mapping of sections (task, arch, ...)")
+        raise ConfigError(f"{where}: {shape}")
     return raw
+
+
+def read_config_file(path: Path | str) -> DictConfig:
+    """A YAML file of run config sections (what `--print-config` prints), as a mapping."""
+    return read_yaml_mapping(path, f"--config: {path}", "no such file",
+                             "must be a mapping of sections (task, arch, ...)")
 
 
 def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from architectures import Backbone
+from architectures.backbone import RecurrentConfig
 from datamodules.base import ENUMERABLE, EVAL_TOKENS
 
 from ..core.errors import ConfigError
@@ -33,11 +34,9 @@ def activations_per_sequence(cfg: RunConfig, mixer_params: int) -> int:
     arch, L = cfg.arch, cfg.task.seq_len
     per_layer = L * arch.d_model * (16 + 4 * arch.mlp_ratio)
     per_layer += 2 * L * (mixer_params // arch.d_model)
-    heads = getattr(arch, "n_heads", 0) if arch.name in ("transformer",) else 0
-    per_layer += 3 * heads * L * L
-    state = arch.memory_per_layer(L)
-    if state is not None and arch.name != "transformer":
-        per_layer += state * L // 16  # references keep one state per chunk of about 16 tokens
+    per_layer += 3 * arch.score_matrices(L) * L * L
+    if isinstance(arch, RecurrentConfig):  # a reference keeps a state per chunk of ~16 tokens
+        per_layer += (arch.memory_per_layer(L) or 0) * L // 16
     return arch.n_layers * per_layer + L * cfg.task.vocab * 3  # + logits, softmax, gradient
 
 
