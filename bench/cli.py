@@ -190,20 +190,23 @@ def ls(
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
     """List the tasks or architectures with every field, its default and what it means
-    (`bench ls archs transformer`). Tasks load no torch; architectures load torch, not fla."""
-    from .core.schema import describe, to_text
+    (`bench ls archs transformer`). Loads no torch: task configs are torch-free and the
+    architectures' configs are read from their source."""
+    from .core.schema import describe, describe_registry, to_text
 
     if what == "tasks":
-        from datamodules import TASKS as registry
+        from datamodules import TASKS
+
+        registry = {k: describe(v) for k, v in TASKS.items()}
     elif what == "archs":
-        from architectures import ARCHITECTURES as registry
+        registry = describe_registry("architectures", "ARCHITECTURES")
     else:
         raise ConfigError(f"ls: unknown '{what}'; allowed: tasks, archs")
     if name is not None and name not in registry:
         raise ConfigError(f"ls {what}: unknown '{name}'; allowed: {', '.join(registry)}")
     chosen = {k: v for k, v in registry.items() if name in (None, k)}
     if json_:
-        print(json.dumps({k: [f._asdict() for f in describe(v)] for k, v in chosen.items()},
+        print(json.dumps({k: [f._asdict() for f in v] for k, v in chosen.items()},
                          indent=2, default=str))
     else:
         print("\n\n".join(to_text(k, v) for k, v in chosen.items()))

@@ -2,6 +2,8 @@
 and rows hash configs, not module paths, so refactoring the code never orphans a result."""
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,17 @@ def test_committed_leaderboard_renders_identically(name, cli, tmp_path):
     for table in ("leaderboard.md", "leaderboard.csv"):
         assert (tmp_path / table).read_text() == \
             (ROOT / "leaderboards" / name / table).read_text(), f"{name}/{table} changed"
+
+
+def test_rendering_a_committed_leaderboard_loads_no_torch(tmp_path):
+    """Every committed database records its ground-truth patterns and architecture defaults, so
+    the tables and figures come from the database alone."""
+    db = ROOT / "leaderboards" / "quickstart" / "results.sqlite"
+    shutil.copy(db, tmp_path / "results.sqlite")
+    audit = ("import sys; from bench.cli import main\n"
+             f"sys.argv = ['bench', 'leaderboard', {str(tmp_path)!r}]\n"
+             "try: main()\nexcept SystemExit: pass\n"
+             "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", audit], capture_output=True, text=True, check=True)
+    assert (tmp_path / "attention.png").exists()
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -5,8 +5,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from architectures import ARCHITECTURES
-from bench.core.schema import describe, field_docs
+from bench.core.schema import describe, describe_registry, field_docs
 from datamodules import TASKS
 
 
@@ -44,8 +46,18 @@ def test_ls_lists_fields_and_defaults_and_refuses_unknown_names(cli):
     assert code == 2 and "allowed: linear_map, cellular_automaton" in captured.err
 
 
-def test_ls_tasks_loads_no_torch():
-    audit = ("import sys; from bench.cli import main; sys.argv = ['bench', 'ls', 'tasks']\n"
+def test_the_architectures_read_from_source_match_the_classes():
+    """`bench ls archs` reads the registry and each config (with its bases) from source; it must
+    say exactly what the imported classes say: names, order, types, defaults, docs."""
+    from_source = describe_registry("architectures", "ARCHITECTURES")
+    assert list(from_source) == list(ARCHITECTURES)
+    for name, schema in ARCHITECTURES.items():
+        assert from_source[name] == describe(schema), name
+
+
+@pytest.mark.parametrize("what", ["tasks", "archs"])
+def test_ls_loads_no_torch(what):
+    audit = ("import sys; from bench.cli import main; sys.argv = ['bench', 'ls', '" + what + "']\n"
              "try: main()\nexcept SystemExit: pass\n"
              "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", audit], capture_output=True, text=True, check=True)
