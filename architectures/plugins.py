@@ -85,7 +85,7 @@ def load_dotted(name: str) -> type[ArchConfig]:
     except (ImportError, AttributeError) as e:
         raise ContractError(f"{name}: cannot import ({e})") from None
     except Exception as e:  # the module itself raised, or does not parse: user code, one line
-        raise ContractError(f"{name}: importing it raised {_one_line(e)}") from None
+        raise ContractError(f"{name}: importing it raised {one_line(e)}") from None
     return as_config_class(obj, name)
 
 
@@ -105,7 +105,7 @@ def check_mixer(config: ArchConfig, seq_len: int) -> None:
     try:
         mixer = config.mixer(seq_len, torch.zeros(seq_len, seq_len), 0)
     except Exception as e:  # user code: one line, whatever it raised
-        raise ContractError(f"mixer '{config.name}' failed to build: {_one_line(e)}") from None
+        raise ContractError(f"mixer '{config.name}' failed to build: {one_line(e)}") from None
     D = config.d_model
     x = torch.randn(2, seq_len, D, generator=gen, requires_grad=True)
     label = f"mixer '{config.name}'"
@@ -178,10 +178,10 @@ def _call(mixer: nn.Module, x: torch.Tensor, label: str) -> torch.Tensor:
     try:
         return mixer(x)
     except Exception as e:  # user code: one line, whatever it raised
-        raise ContractError(f"{label} failed in forward: {_one_line(e)}") from None
+        raise ContractError(f"{label} failed in forward: {one_line(e)}") from None
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 

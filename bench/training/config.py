@@ -11,9 +11,11 @@ import dataclasses
 import functools
 import inspect
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
 import lightning as L
 import yaml
@@ -257,14 +259,89 @@ def check_trainer(options: dict[str, Any]) -> None:
             raise ConfigError(f"trainer.{key}: set by the runner; use {RESERVED_TRAINER_KEYS[key]}")
         if key not in TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}: not an argument of lightning.Trainer")
+    hints = _trainer_hints()
+    for key, value in options.items():
+        if key in hints and not _fits(value, hints[key]):
+            raise ConfigError(f"trainer.{key}: must be {_spell(hints[key])}, got {value!r}")
     for key in ("devices", "num_nodes"):
         value = options.get(key, 1)
         if isinstance(value, bool) or (isinstance(value, int) and value < (
                 -1 if key == "devices" else 1)) or value == 0:
             also = ", -1, auto or a list of device indices" if key == "devices" else ""
             raise ConfigError(f"trainer.{key}: must be a count >= 1{also}, got {value!r}")
-    _build_cpu_trainer(repr(sorted(
-        (k, v) for k, v in options.items() if k not in HARDWARE_ONLY)))
+    for key, names in (("strategy", _strategies), ("accelerator", _accelerators)):
+        value = options.get(key, "auto")
+        if isinstance(value, str) and value not in names():
+            raise ConfigError(f"trainer.{key}: unknown '{value}'; allowed: {', '.join(names())}")
+    kept = {k: v for k, v in options.items() if k not in HARDWARE_ONLY}
+    try:
+        _build_cpu_trainer(repr(sorted(kept.items())))
+    except ConfigError:  # name the option at fault: the first that fails on its own
+        for key, value in kept.items():
+            try:
+                _build_cpu_trainer(repr([(key, value)]))
+            except ConfigError as e:
+                raise ConfigError(f"trainer.{key}: {str(e).removeprefix('trainer: ')}") from None
+        raise
+
+
+@functools.cache
+def _strategies() -> list[str]:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    return ["auto", *StrategyRegistry.available_strategies()]
+
+
+@functools.cache
+def _accelerators() -> list[str]:
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    return ["auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators())]
+
+
+@functools.cache
+def _trainer_hints() -> dict[str, Any]:
+    return typing.get_type_hints(L.Trainer.__init__)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a config value (YAML: None, bool, int, float, str, list, dict) has the type of a
+    Trainer argument's annotation; True where the annotation is Any."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if origin is Literal:
+        return any(type(value) is type(a) and value == a for a in args)
+    if origin in (list, dict):
+        return isinstance(value, origin) and all(
+            _fits(v, args[-1]) and (origin is list or _fits(k, args[0]))
+            for k, v in (value.items() if isinstance(value, dict) else enumerate(value)))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(hint, type) and isinstance(value, hint)
+
+
+def _spell(hint: Any) -> str:
+    """An annotation as a reader would write it: "bool, 'warn' or None"."""
+    parts = list(dict.fromkeys(_options(hint)))
+    return ", ".join(parts[:-1]) + f" or {parts[-1]}" if len(parts) > 1 else parts[0]
+
+
+def _options(hint: Any) -> list[str]:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return [o for a in args for o in _options(a)]
+    if origin is Literal:
+        return [repr(a) for a in args]
+    if hint is type(None):
+        return ["None"]
+    if origin is not None:
+        return [f"{origin.__name__}[{', '.join(' | '.join(_options(a)) for a in args)}]"]
+    return [getattr(hint, "__name__", str(hint))]
 
 
 @functools.cache
@@ -278,8 +355,9 @@ def _build_cpu_trainer(options_repr: str) -> None:
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
-        L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                  enable_progress_bar=False, enable_model_summary=False, **options)
+        L.Trainer(**{"accelerator": "cpu", "devices": 1, "logger": False,
+                     "enable_checkpointing": False, "enable_progress_bar": False,
+                     "enable_model_summary": False, **options})
     except Exception as e:
         raise ConfigError(f"trainer: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     finally:

@@ -15,6 +15,7 @@ import torch
 
 from architectures import Backbone
 from architectures.backbone import RecurrentConfig
+from architectures.plugins import one_line
 from datamodules.base import ENUMERABLE, EVAL_TOKENS
 
 from ..core.errors import ConfigError
@@ -45,8 +46,12 @@ def parameter_count(cfg: RunConfig) -> tuple[int, int]:
     allocated)."""
     L = cfg.task.seq_len
     pattern = torch.zeros(L, L, device="meta")
-    with torch.device("meta"):
-        model = Backbone(cfg.arch, cfg.task.vocab, L, pattern)
+    try:
+        with torch.device("meta"):
+            model = Backbone(cfg.arch, cfg.task.vocab, L, pattern)
+    except Exception as e:  # a plug-in's constructor is user code: one line, whatever it raised
+        raise ConfigError(f"arch.name: mixer '{cfg.arch.name}' failed to build: {one_line(e)}") \
+            from None
     mixers = [sum(p.numel() for p in block.mixer.parameters()) for block in model.blocks]
     return sum(p.numel() for p in model.parameters()), max(mixers, default=0)
 

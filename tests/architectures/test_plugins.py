@@ -84,6 +84,11 @@ BAD_MIXERS = textwrap.dedent('''
             steps = torch.arange(1, x.shape[1] + 1, device=x.device)[None, :, None]
             return self.drop(self.proj(x.cumsum(1) / steps))
 
+    class RaisesInInit(nn.Module):
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int):
+            super().__init__()
+            raise RuntimeError("needs a GPU")
+
     class RaisesInForward(nn.Module):
         def __init__(self, d_model: int, seq_len: int, layer_idx: int):
             super().__init__()
@@ -168,6 +173,7 @@ def test_example_mixer_trains_and_appears_in_a_leaderboard(tmp_path, cli):
     ("EvalLeak", "(eval mode) is not causal: output 0 depends on input 1"),
     ("BufferLeak", "keeps state between calls"),
     ("RaisesInForward", "failed in forward: KeyError: 'no such head'"),
+    ("RaisesInInit", "mixer 'bad_mixers:RaisesInInit' failed to build: RuntimeError: needs a GPU"),
     ("NoSeqLen", "the constructor must take d_model, seq_len, layer_idx; missing layer_idx, "
                  "seq_len"),
 ])

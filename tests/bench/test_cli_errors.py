@@ -67,7 +67,11 @@ BAD_RUNS = [
     (["trainer.fast_dev_run=true"], "trainer.fast_dev_run: set by the runner; use train.max_steps"),
     (["trainer.max_time=00:00:01:00"], "trainer.max_time: set by the runner"),
     (["trainer.devices=0"], "trainer.devices: must be a count >= 1, -1, auto or a list"),
-    (["trainer.precision=bogus"], "trainer: ValueError: Precision 'bogus' is invalid"),
+    (["trainer.precision=bogus"], "trainer.precision: must be 64, 32, 16, 'transformer-engine'"),
+    (["trainer.deterministic=maybe"],
+     "trainer.deterministic: must be bool, 'warn' or None, got 'maybe'"),
+    (["trainer.benchmark=1"], "trainer.benchmark: must be bool or None, got 1"),
+    (["trainer.log_every_n_steps=2.5"], "trainer.log_every_n_steps: must be int or None, got 2.5"),
 ]
 
 
@@ -79,6 +83,15 @@ def test_bad_run_config(overrides, message, cli, tmp_path):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not out.exists()
+
+
+def test_trainer_options_the_runner_defaults_are_the_users_to_change():
+    from bench.training.config import load_run_config
+
+    options = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=true",
+               "trainer.deterministic=warn", "trainer.gradient_clip_algorithm=value",
+               "trainer.strategy=ddp_spawn", "trainer.precision=bf16-mixed"]
+    assert load_run_config(options).trainer["deterministic"] == "warn"
 
 
 def test_bad_task_inspection(cli):
@@ -165,7 +178,10 @@ BAD_SWEEPS = [
      "trainer.max_steps: set by the runner; use train.max_steps"),
     # issue 13: validated before anything is written
     (GOOD + "trainer: {devices: 0}\n", [], "trainer.devices: must be a count >= 1"),
-    (GOOD + "trainer: {precision: bogus}\n", [], "trainer: ValueError: Precision 'bogus'"),
+    (GOOD + "trainer: {precision: bogus}\n", [], "trainer.precision: must be 64, 32, 16"),
+    (GOOD + "trainer: {strategy: bogus}\n", [],
+     "trainer.strategy: unknown 'bogus'; allowed: auto, ddp"),
+    (GOOD + "trainer: {accelerator: gpus}\n", [], "trainer.accelerator: unknown 'gpus'; allowed:"),
     (GOOD.replace("max_steps: 20", "lr: .nan, max_steps: 20"), [],
      "train.lr: must be in (0, 1e+06], got nan"),
     (GOOD.replace("seeds: 1", "seeds: [18446744073709551616]"), [],
