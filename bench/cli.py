@@ -243,7 +243,7 @@ def perf(
 def task(
     name: Annotated[str, typer.Argument(help="task name (linear_map, cellular_automaton)")],
     overrides: Overrides = None,
-    samples: Annotated[int, typer.Option(min=1, help="sequences to draw")] = 2,
+    samples: Annotated[int, typer.Option(min=1, max=1000, help="sequences to draw")] = 2,
     seed: Annotated[int, typer.Option(help="run seed: draws the sequences and, with "
                                             "task_seed=per_seed, the task instance")] = 0,
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
@@ -292,11 +292,27 @@ def task(
 
 
 def main() -> None:
+    """The `bench` command: bad input of any kind is one `error:` line and exit 2."""
+    try:  # typer >= 0.25 vendors click
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    except ImportError:
+        from click.exceptions import ClickException, NoArgsIsHelpError
     try:
-        app()
+        code = app(prog_name="bench", standalone_mode=False)
+    except NoArgsIsHelpError as e:  # a bare `bench` or `bench sweep`: the help, not an error
+        print(e.ctx.get_help() if e.ctx else e.format_message(), file=sys.stderr)
+        sys.exit(2)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except ClickException as e:  # usage: an unknown option, a value of the wrong type, ...
+        where = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) else ""
+        print(f"error: {where}{e.format_message()}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.rows import by_row, group_key, survival_sample
+from ..core.seeds import MAX_SEEDS
 from ..core.stats import (
     holm,
     kaplan_meier,
@@ -44,8 +45,8 @@ def committed_dir(spec_path: Path) -> Path:
 def select_spec(spec: SweepSpec, seeds: int | None, seed_start: int) -> SweepSpec:
     if seed_start < 0:
         raise ConfigError(f"--seed-start: must be >= 0, got {seed_start}")
-    if seeds is not None and seeds < 1:
-        raise ConfigError(f"--seeds: must be >= 1, got {seeds}")
+    if seeds is not None and not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds: must be in 1..{MAX_SEEDS:,}, got {seeds}")
     if seeds is None and not seed_start:
         return spec
     chosen = ([s + seed_start for s in spec.seed_list()] if seeds is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 SEED_LIMIT = 2**32  # seeds are 0 .. 2^32 - 1 (numpy's range)
@@ -16,14 +17,17 @@ def seed_list(seeds: Any, where: str, start: int = 0) -> list[int]:
         if not 1 <= seeds <= MAX_SEEDS:
             raise ValueError(f"{where}: must be in 1..{MAX_SEEDS}, got {seeds}")
         return list(range(start, start + seeds))
-    if not seeds:
-        raise ValueError(f"{where}: an empty list; give a count or at least one seed")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < SEED_LIMIT
-               for s in seeds):
+    if not seeds or len(seeds) > MAX_SEEDS:
+        raise ValueError(f"{where}: must list 1..{MAX_SEEDS} seeds, got {len(seeds)}")
+    bad = [s for s in seeds if not (isinstance(s, int) and not isinstance(s, bool)
+                                    and 0 <= s < SEED_LIMIT)]
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise ValueError(f"{where}: every seed must be an integer in 0..{SEED_LIMIT - 1}, "
-                         f"got {seeds}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"{where}: listed twice in {seeds}")
+                         f"got {bad[0]!r}{more}")
+    twice = [s for s, n in Counter(seeds).items() if n > 1]
+    if twice:
+        raise ValueError(f"{where}: {twice[0]} is listed twice")
     return list(seeds)
 
 

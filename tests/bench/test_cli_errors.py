@@ -94,6 +94,20 @@ def test_trainer_options_the_runner_defaults_are_the_users_to_change():
     assert load_run_config(options).trainer["deterministic"] == "warn"
 
 
+@pytest.mark.parametrize("args, message", [
+    (["run", "--bogus"], "error: bench run: No such option: --bogus"),
+    (["task", "linear_map", "--samples", "0"], "error: bench task: Invalid value for '--samples'"),
+    (["task", "linear_map", "--samples", "100000000"], "error: bench task: Invalid value"),
+    (["sweep"], "error: bench sweep: Missing argument 'spec'."),
+    (["nonsense"], "error: bench: No such command 'nonsense'."),
+])
+def test_usage_errors_are_one_error_line(args, message):
+    """Typer's usage errors too: one `error:` line naming the command, exit 2."""
+    done = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), lines
+
+
 def test_bad_task_inspection(cli):
     code, captured = cli("task", "linear_map", "sparsity=12")
     assert code == 2 and captured.err.strip() == (
@@ -132,8 +146,8 @@ BAD_SWEEPS = [
      "train.max_steps: only train.lr may be a list"),
     (GOOD.replace("max_steps: 20", "lr: [], max_steps: 20"), [], "train.lr: an empty grid"),
     (GOOD.replace("seeds: 1", "seeds: 0"), [], "seeds: must be in 1..10000, got 0"),
-    (GOOD.replace("seeds: 1", "seeds: []"), [], "seeds: an empty list"),
-    (GOOD.replace("seeds: 1", "seeds: [3, 3]"), [], "seeds: listed twice in [3, 3]"),
+    (GOOD.replace("seeds: 1", "seeds: []"), [], "seeds: must list 1..10000 seeds, got 0"),
+    (GOOD.replace("seeds: 1", "seeds: [3, 3]"), [], "seeds: 3 is listed twice"),
     (GOOD.replace("seeds: 1", "seeds: [-1]"), [],
      "seeds: every seed must be an integer in 0..4294967295"),
     (GOOD.replace("seeds: 1", "seeds: 1000000000"), [], "seeds: must be in 1..10000"),

@@ -87,7 +87,10 @@ def test_a_subset_of_seeds_and_rows(committed, cli, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--alpha", "1.5"], "--alpha: must be in (0, 1), got 1.5"),
-    (["--seeds", "0"], "--seeds: must be >= 1, got 0"),
+    (["--seeds", "0"], "--seeds: must be in 1..10,000, got 0"),
+    (["--seeds", "1000000000"], "--seeds: must be in 1..10,000, got 1000000000"),
+    (["--seed-start", "4294967290", "--seeds", "100"], "--seed-start/--seeds: seeds: every seed "
+     "must be an integer in 0..4294967295, got 4294967296 (and 93 more)"),
     (["--set", "trainer.accelerator"], "--set trainer.accelerator: expected key=value, e.g. "
                                        "trainer.accelerator=gpu"),
 ])
