@@ -9,7 +9,7 @@ from .backbone import ArchConfig, Backbone, Block
 from .gated_deltanet import GatedDeltaNetConfig
 from .mamba import MambaConfig
 from .mlp_mixer import MLPMixerConfig
-from .plugins import ContractError, as_config_class, check_mixer, load_dotted
+from .plugins import ContractError, as_config_class, check_mixer, import_plugins, load_dotted
 from .protocols import RecordsAttention, ReportsKernelPath, UsesContext
 from .rwkv import RWKV7Config
 from .transformer import TransformerConfig
@@ -42,5 +42,6 @@ def resolve(name: str) -> type[ArchConfig]:
 
 
 __all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block", "ContractError", "check_mixer",
+           "import_plugins",
            "RecordsAttention", "ReportsKernelPath", "UsesContext",
            "register", "resolve"]

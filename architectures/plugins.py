@@ -5,8 +5,9 @@ A plug-in is either
 - or an `nn.Module` whose constructor is `(d_model, seq_len, layer_idx, *, field=default, ...)`
   and whose forward maps (B, L, D) -> (B, L, D) causally. Its keyword fields, with their
   annotations and defaults, become the `arch.*` fields of a config class made for it.
-Name it in a config as `arch.name=my_pkg.mixers:MyMixer`, or call
-`register("my_mixer", MyMixer)` and use `arch.name=my_mixer`.
+Name it in a config as `arch.name=my_pkg.mixers:MyMixer`, or call `register("my_mixer",
+MyMixer)` in a module listed under `plugins` (`plugins=[my_pkg.mixers]` in a run config or a
+sweep spec: every worker imports it) and use `arch.name=my_mixer`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib
 import inspect
 import os
 import sys
+from typing import Any
 
 import torch
 from torch import nn
@@ -78,15 +80,30 @@ def load_dotted(name: str) -> type[ArchConfig]:
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise ContractError(f"{name}: a plug-in is named as package.module:Class")
+    module = _import(module_name, name)
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as e:
+        raise ContractError(f"{name}: cannot import ({e})") from None
+    return as_config_class(obj, name)
+
+
+def import_plugins(modules: list[str]) -> None:
+    """Import each module (the working directory is importable); a module registers its mixers
+    with `register` when imported. Importing twice is a no-op, so every worker process can."""
+    for module in modules:
+        _import(module, module)
+
+
+def _import(module_name: str, label: str) -> Any:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ContractError(f"{name}: cannot import ({e})") from None
+        return importlib.import_module(module_name)
+    except ImportError as e:
+        raise ContractError(f"{label}: cannot import ({e})") from None
     except Exception as e:  # the module itself raised, or does not parse: user code, one line
-        raise ContractError(f"{name}: importing it raised {one_line(e)}") from None
-    return as_config_class(obj, name)
+        raise ContractError(f"{label}: importing it raised {one_line(e)}") from None
 
 
 _PASSED: set[tuple[type, str, int]] = set()  # (config class, config, seq_len) checked here

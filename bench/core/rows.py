@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 SPEED_ONLY = ("compile",)  # train fields that change speed, not the experiment
+# `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
 # trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
 HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")
 
@@ -18,7 +19,7 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     experiment: the part job ids and leaderboard rows are keyed by (results from before a knob
     existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
     train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
-    out = {**config, "train": train}
+    out = {k: v for k, v in config.items() if k != "plugins"} | {"train": train}
     if "trainer" in config:
         out["trainer"] = {k: v for k, v in config["trainer"].items() if k not in HARDWARE_ONLY}
     return out

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.rows import content_hash, experiment
 from .results import ResultsDB
 
 Summary = dict[str, Any]  # {"id", "status", "error"?}
@@ -37,15 +38,14 @@ def execute(config: dict[str, Any], out: str) -> Summary:
     from ..training.config import load_run_config
     from ..training.run import train, versions
 
-    cfg = load_run_config(config)
-    job_id = cfg.job_id()
+    job_id = content_hash(experiment(config), 12)  # = RunConfig.job_id() of a resolved config
     db = ResultsDB(Path(out) / ResultsDB.FILENAME)
     try:
         db.claim(job_id)
         run_dir = Path(out) / "runs" / job_id
         shutil.rmtree(run_dir, ignore_errors=True)  # what an interrupted attempt left
-        try:
-            result = train(cfg, run_dir, progress=False)
+        try:  # a plug-in module that fails to import here fails this job, not the sweep
+            result = train(load_run_config(config), run_dir, progress=False)
         except Exception as e:  # the job failed; the sweep goes on
             db.fail(job_id, traceback.format_exc(), versions())
             return {"id": job_id, "status": "failed", "error": _last_line(e)}
@@ -192,10 +192,9 @@ def run_ray(configs, out, workers, options) -> Iterator[Summary]:
 
 def _record_lost(config: dict[str, Any], out: Path, error: str) -> Summary:
     """A job whose process died before it could record itself: recorded failed from here."""
-    from ..training.config import load_run_config
     from ..training.run import versions
 
-    job_id = load_run_config(config).job_id()
+    job_id = content_hash(experiment(config), 12)
     db = ResultsDB(out / ResultsDB.FILENAME)
     try:
         db.fail(job_id, error, versions())

@@ -61,6 +61,9 @@ class SweepSpec:
     tests: list[Any] = field(default_factory=list)
     """the claim's tests: {compare: FIELD} (optionally against: VALUE) or {trend: FIELD}; each
     entry is one family of comparisons, Holm-adjusted (bench.analysis.claims runs them)"""
+    plugins: list[str] = field(default_factory=list)
+    """modules every worker imports before building its job (each may call
+    architectures.register), so registered plug-in names work under every executor"""
     tune: dict[str, Any] = field(default_factory=dict)
     """{lr: [rates], seeds: count or list}: choose each row's learning rate on these seeds
     (a count n means seeds 1000 .. 1000+n-1), disjoint from `seeds`; the table reports only
@@ -272,7 +275,7 @@ def check_sweep_trainer(trainer: dict[str, Any]) -> None:
 
 def _job(task, arch, train, spec, seed, i) -> RunConfig:
     overrides = {"task": task, "arch": arch, "train": train, "emergence": spec.emergence,
-                 "trainer": spec.trainer, "seed": seed}
+                 "trainer": spec.trainer, "seed": seed, "plugins": spec.plugins}
     try:
         return load_run_config(overrides)
     except ConfigError as e:

@@ -22,7 +22,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from architectures import ArchConfig, ContractError
+from architectures import ArchConfig, ContractError, import_plugins
 from architectures import resolve as resolve_arch
 from datamodules import TASKS, TaskConfig
 
@@ -111,6 +111,9 @@ class RunConfig:
     """passed to lightning.Trainer (accelerator, devices, precision, strategy, ...)"""
     seed: int = 0
     """seed for initialisation and the training data stream (0 .. 2^32 - 1)"""
+    plugins: list[str] = field(default_factory=list)
+    """modules imported before arch.name is resolved, in every process that runs the job (each
+    may call architectures.register); where code lives, not the experiment: not in job ids"""
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < SEED_LIMIT:
@@ -240,11 +243,19 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     if unknown:
         allowed = ", ".join(f.name for f in dataclasses.fields(RunConfig))
         raise ConfigError(f"{sorted(unknown)[0]}: unknown key; allowed: {allowed}")
+    plugins = raw.get("plugins", [])
+    if not (OmegaConf.is_list(plugins) or isinstance(plugins, list)) or not all(
+            isinstance(m, str) and m for m in plugins):
+        raise ConfigError(f"plugins: must be a list of module names, got {plugins!r}")
+    try:
+        import_plugins(list(plugins))
+    except ContractError as e:
+        raise ConfigError(f"plugins: {e}") from None
     task = _registered(raw, "task", "linear_map")
     arch = _registered(raw, "arch", "transformer")
     train = build_section(TrainConfig, raw.get("train"), "train")
     emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
-    rest = {k: v for k, v in raw.items() if k in ("trainer", "seed")}
+    rest = {k: v for k, v in raw.items() if k in ("trainer", "seed", "plugins")}
     base = build_section(RunConfig, rest, "")
     check_trainer(base.trainer)
     return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence)

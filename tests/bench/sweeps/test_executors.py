@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ import yaml
 from bench.cli import main
 from tests.bench.conftest import TINY
 
+ROOT = Path(__file__).resolve().parents[3]
 ONE_ARCH = [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}]
 
 
@@ -214,3 +216,57 @@ def test_processes_place_each_worker_on_its_gpu_and_the_trainer_takes_it(monkeyp
     assert captured["accelerator"] == "auto" and captured["devices"] == 1
     build_trainer(load_run_config(["trainer.accelerator=gpu"]), tmp_path, [], progress=False)
     assert captured["accelerator"] == "gpu"
+
+
+REGISTERING = textwrap.dedent('''
+    import multiprocessing
+
+    from architectures import register
+    from examples.custom_mixer import CausalConvMixer
+
+    if {fail_in_workers} and multiprocessing.parent_process() is not None:
+        raise ImportError("my_mixers is not installed on this node")
+    register("{name}", CausalConvMixer)
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_in_workers", [False, True])
+def test_a_registered_plugin_reaches_every_worker(fail_in_workers, spec_file, cli, tmp_path,
+                                                   monkeypatch):
+    """`plugins: [module]` is imported in every worker, so a name registered there works under
+    the processes executor; a module that fails to import in a worker fails its jobs with the
+    error, and the sweep still records every job."""
+    name = f"causal_conv_{int(fail_in_workers)}"
+    module = f"my_mixers_{int(fail_in_workers)}"
+    (tmp_path / f"{module}.py").write_text(REGISTERING.format(name=name,
+                                                              fail_in_workers=fail_in_workers))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT))  # examples/ for the mixer
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT}")
+    spec = spec_file(archs=[{"name": name, "d_model": 32, "n_layers": 1}], plugins=[module],
+                     train={**TINY["train"], "max_steps": 40})
+    out = tmp_path / "out"
+    code, captured = cli("sweep", str(spec), "--out", str(out), "--executor", "processes",
+                         "--workers", "2", "--no-progress")
+    rows = sqlite3.connect(out / "results.sqlite").execute(
+        "SELECT status, error, config FROM jobs").fetchall()
+    assert len(rows) == 2
+    if fail_in_workers:
+        assert code == 1 and "cannot import (my_mixers is not installed on this node)" in (
+            captured.out + captured.err)
+        assert all(s == "failed" and "not installed on this node" in e for s, e, _ in rows)
+    else:
+        assert code == 0 and all(s in ("emerged", "censored") for s, _, _ in rows)
+        assert f"`{name}(d_model=32, n_layers=1)`" in (out / "leaderboard.md").read_text()
+
+
+def test_plugins_are_not_part_of_a_job_id(tmp_path, monkeypatch):
+    from bench.training.config import load_run_config
+
+    (tmp_path / "empty_plugin.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plain = load_run_config(["arch.d_model=32"])
+    with_plugin = load_run_config(["arch.d_model=32", "plugins=[empty_plugin]"])
+    assert with_plugin.plugins == ["empty_plugin"] and with_plugin.job_id() == plain.job_id()
