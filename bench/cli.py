@@ -215,7 +215,9 @@ def ls(
 @app.command()
 def perf(
     arch: Annotated[list[str] | None, typer.Option(
-        help="mixer as name[:key=value,...], repeatable [the five of leaderboards/mixers.yaml]")]
+        help="a mixer in bench run's syntax, e.g. 'arch.name=mamba arch.expand=1' or a plug-in "
+             "'arch.name=pkg.mod:Class arch.k=8'; a bare NAME works too; repeatable "
+             "[the five of leaderboards/mixers.yaml]")]
     = None,
     sizes: Annotated[str, typer.Option(help="quickstart and/or lengths in tokens")]
     = "quickstart,64,256,1024",

@@ -18,6 +18,7 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
 from __future__ import annotations
 
 import platform
+import shlex
 import statistics
 import tempfile
 import time
@@ -26,15 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..training.config import load_run_config
+from ..training.config import load_run_config, parse_overrides
 
 # the mixers of leaderboards/mixers.yaml (~100K parameters each)
-DEFAULT_ARCHS = ["transformer:n_heads=4,head_dim=16", "mlp_mixer:n_heads=8", "mamba:expand=1",
-                 "gated_deltanet:n_heads=2,head_dim=32", "rwkv:head_dim=16,low_rank_dim=8"]
+DEFAULT_ARCHS = ["arch.name=transformer arch.n_heads=4 arch.head_dim=16",
+                 "arch.name=mlp_mixer arch.n_heads=8", "arch.name=mamba arch.expand=1",
+                 "arch.name=gated_deltanet arch.n_heads=2 arch.head_dim=32",
+                 "arch.name=rwkv arch.head_dim=16 arch.low_rank_dim=8"]
 QUICKSTART = {"name": "linear_map", "state_size": 12, "sparsity": 1, "n_states": 2}  # L = 23
 
 
@@ -64,31 +68,24 @@ def sizes(labels: list[str], batch: int) -> list[Size]:
     return out
 
 
-def parse_arch(text: str) -> dict[str, Any]:
-    """`name` or `name:key=value,key=value` -> an arch section."""
-    name, _, fields = text.partition(":")
-    section: dict[str, Any] = {"name": name}
-    for item in filter(None, fields.split(",")):
-        if "=" not in item:
-            raise ConfigError(f"--arch {text}: expected name:key=value,...")
-        key, value = item.split("=", 1)
-        section[key] = _scalar(value)
-    return section
-
-
-def _scalar(value: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(value.lower(), value)
+def parse_arch(text: str) -> list[str]:
+    """One mixer in `bench run`'s syntax: `arch.name=NAME arch.FIELD=VALUE ... [plugins=[...]]`
+    (a bare `NAME` alone means `arch.name=NAME`)."""
+    items = shlex.split(text)
+    if len(items) == 1 and "=" not in items[0]:
+        items = [f"arch.name={items[0]}"]
+    for item in items:
+        key = item.partition("=")[0]
+        if not (key.startswith("arch.") or key == "plugins") or "=" not in item:
+            raise ConfigError(f"--arch: '{item}' is not arch.FIELD=VALUE or plugins=[...] (the "
+                              "task and training are set by --sizes and --batch)")
+    return items
 
 
 def configs(archs: list[str], size_list: list[Size], compile_: bool) -> list[list[Any]]:
     """Validated run configs, one list (ascending sizes) per mixer; checked before anything runs."""
-    return [[load_run_config({"task": s.task, "arch": parse_arch(a),
-                              "train": {"batch_size": s.batch_size, "compile": compile_}})
+    return [[load_run_config(OmegaConf.merge(parse_overrides(parse_arch(a)), {
+        "task": s.task, "train": {"batch_size": s.batch_size, "compile": compile_}}))
              for s in size_list] for a in archs]
 
 

@@ -155,7 +155,8 @@ def _one_line(error: OmegaConfBaseException) -> str:
     return f"{key}: {msg}"
 
 
-def _raw(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
+def parse_overrides(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
+    """`key=value` items (or a nested dict) as an OmegaConf tree; a malformed item is one line."""
     if isinstance(overrides, DictConfig):
         return overrides
     if isinstance(overrides, dict):
@@ -204,7 +205,7 @@ def _check_booleans(schema: type, raw: Any) -> None:
 
 
 def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
-    raw = OmegaConf.create({"task": _raw(overrides)})
+    raw = OmegaConf.create({"task": parse_overrides(overrides)})
     return _registered(raw, "task", "linear_map")
 
 
@@ -233,7 +234,7 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
                     config_file: Path | str | None = None) -> RunConfig:
     """Resolve overrides (a dotlist or a nested dict), over a config file if one is given, into
     a validated RunConfig."""
-    raw = _raw(overrides)
+    raw = parse_overrides(overrides)
     if config_file is not None:
         try:
             raw = OmegaConf.merge(read_config_file(config_file), raw)
@@ -378,5 +379,5 @@ def _build_cpu_trainer(options_repr: str) -> None:
 
 __all__ = [
     "ArchConfig", "ConfigError", "EmergenceCriterion", "RunConfig", "TaskConfig", "TrainConfig",
-    "load_run_config", "load_task_config",
+    "load_run_config", "load_task_config", "parse_overrides",
 ]

@@ -55,7 +55,8 @@ def test_compile_is_a_speed_knob_not_part_of_the_job():
 
 def test_perf_writes_a_complete_report(cli, tmp_path):
     out = tmp_path / "perf"
-    code, captured = cli("perf", "--arch", "mlp_mixer:d_model=16,n_layers=1", "--sizes",
+    code, captured = cli("perf", "--arch", "arch.name=mlp_mixer arch.d_model=16 arch.n_layers=1",
+                         "--sizes",
                          "quickstart,32,64", "--repeats", "2", "--seconds", "0.05", "--warmup",
                          "1", "--batch", "4", "--out", str(out))
     assert code == 0, captured.err
@@ -74,9 +75,24 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
     assert "| mlp_mixer | quickstart | 23 | torch | no |" in (out / "perf.md").read_text()
 
 
+def test_perf_takes_bench_runs_syntax_and_plugins(monkeypatch):
+    from bench.tools.perf import configs, sizes
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])  # examples/ importable
+    [[cfg]] = configs(["arch.name=examples.custom_mixer:CausalConvMixer arch.kernel_size=8"],
+                      sizes(["quickstart"], 4), False)
+    assert (cfg.arch.name, cfg.arch.kernel_size, cfg.task.state_size) == (
+        "examples.custom_mixer:CausalConvMixer", 8, 12)
+    [[default]] = configs(["transformer"], sizes(["quickstart"], 4), False)
+    assert default.arch.name == "transformer"
+
+
 def test_perf_bad_input_is_one_line(cli, tmp_path):
     for args, message in [(["--sizes", "quickstart,33"], "--sizes: '33' is not quickstart"),
                           (["--arch", "lstm"], "arch.name: unknown 'lstm'"),
+                          (["--arch", "arch.name=mamba task.state_size=4"],
+                           "--arch: 'task.state_size=4' is not arch.FIELD=VALUE or plugins=[...]"),
+                          (["--arch", "mamba:expand=1"], "--arch: 'mamba:expand=1' is not"),
                           (["--repeats", "0"], "--repeats: must be >= 1")]:
         code, captured = cli("perf", *args, "--out", str(tmp_path / "p"))
         assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1
