@@ -213,6 +213,21 @@ def ls(
 
 
 @app.command()
+def describe(
+    overrides: Overrides = None,
+    config: Annotated[Path | None, typer.Option(help="a YAML run config; overrides win")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
+) -> None:
+    """What a run config builds, without training: parameters per layer, state per layer, the
+    kernel path on this machine and the memory estimate (`bench describe arch.name=mamba`)."""
+    from .tools.describe import describe_model, to_text
+    from .training.config import load_run_config
+
+    report = describe_model(load_run_config(overrides or [], config_file=config))
+    print(json.dumps(report, indent=2) if json_ else to_text(report))
+
+
+@app.command()
 def perf(
     arch: Annotated[list[str] | None, typer.Option(
         help="a mixer in bench run's syntax, e.g. 'arch.name=mamba arch.expand=1' or a plug-in "

@@ -20,6 +20,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
+from torch import nn
 
 from architectures import ContractError, ReportsKernelPath, check_mixer
 from datamodules import build_task
@@ -223,9 +224,10 @@ def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:
             "gap": max(gaps, default=math.nan)}
 
 
-def kernel_path(module: EmergenceModule) -> str:
-    """Which path the mixers ran: `fused` (library kernels), `reference`, or `torch`."""
-    paths = {m.last_path for m in module.model.modules() if isinstance(m, ReportsKernelPath)}
+def kernel_path(module: nn.Module) -> str:
+    """Which path the mixers of a model (or the LightningModule holding it) ran: `fused`
+    (library kernels), `reference`, or `torch`."""
+    paths = {m.last_path for m in module.modules() if isinstance(m, ReportsKernelPath)}
     paths -= {None}
     return "+".join(sorted(paths)) or "torch"
 

@@ -1,0 +1,71 @@
+"""`bench describe`: what a config builds, without training: parameters (embeddings, each layer's
+mixer, MLP and norms, the head), the state a layer keeps per sequence, the kernel path one
+forward pass takes on this machine, and the memory estimate a run checks before allocating."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from architectures import Backbone
+from architectures.plugins import one_line
+
+from ..analysis.labels import row_labels
+from ..core import markdown
+from ..core.errors import ConfigError
+from ..training.config import RunConfig
+from ..training.memory import check_memory, run_device
+from ..training.run import build_run_task, kernel_path
+
+
+def count(module: torch.nn.Module | None) -> int:
+    return sum(p.numel() for p in module.parameters()) if module is not None else 0
+
+
+def describe_model(cfg: RunConfig) -> dict[str, Any]:
+    """Sizes and paths of the model `cfg` trains, as one JSON-able dict."""
+    estimate = check_memory(cfg)  # a config too large for this machine stops here, in one line
+    task = build_run_task(cfg)
+    L, device = task.seq_len, run_device(cfg)
+    torch.manual_seed(cfg.seed)
+    model = Backbone(cfg.arch, task.vocab_size, L, task.attention_target().float()).to(device)
+    try:
+        with torch.no_grad():  # one sequence, so each mixer reports the path it takes here
+            model(torch.zeros(1, L, dtype=torch.long, device=device))
+    except Exception as e:  # a plug-in's forward is user code: one line
+        raise ConfigError(f"arch.name: mixer '{cfg.arch.name}' failed in forward: "
+                          f"{one_line(e)}") from None
+    layers = [{"mixer": count(b.mixer), "mlp": count(b.mlp), "norm": count(b.norm)}
+              for b in model.blocks]
+    task_label, arch_label = row_labels(cfg.to_dict())
+    return {
+        "task": task_label, "arch": arch_label, "seq_len": L, "vocab": task.vocab_size,
+        "parameters": count(model),
+        "embedding": count(model.embed) + (model.pos.numel() if model.pos is not None else 0),
+        "layers": layers, "head": count(model.norm) + count(model.head),
+        "state_per_layer": cfg.arch.memory_per_layer(L),
+        "kernel_path": kernel_path(model), "device": device,
+        "memory_estimate_bytes": dict(estimate),
+    }
+
+
+def to_text(d: dict[str, Any]) -> str:
+    layer_rows = [[str(i), f"{x['mixer']:,}", f"{x['mlp']:,}", f"{x['norm']:,}"]
+                  for i, x in enumerate(d["layers"])]
+    state = d["state_per_layer"]
+    memory = sum(d["memory_estimate_bytes"].values())
+    return "\n".join([
+        f"{d['arch']} on {d['task']}: L = {d['seq_len']} tokens, vocabulary {d['vocab']}",
+        f"parameters: {d['parameters']:,} (embeddings {d['embedding']:,}, final norm and head "
+        f"{d['head']:,})",
+        "",
+        *markdown.table(["layer", "mixer", "MLP", "norm"], layer_rows),
+        "",
+        "state per layer: " + (f"{state:,} numbers per sequence after {d['seq_len']} tokens"
+                               if state is not None else "unknown (a plug-in may not say)"),
+        f"kernel path on {d['device']}: {d['kernel_path']}",
+        f"memory a run needs (estimate): {memory / 2**20:,.1f} MiB ("
+        + ", ".join(f"{k} {v / 2**20:,.1f}" for k, v in d["memory_estimate_bytes"].items())
+        + ")",
+    ])
