@@ -18,7 +18,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   rich_markup_mode=None,
                   help="emergence-bench: when do token mixers learn sparse mixing patterns?")
 
-RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml"}  # what `bench run` writes
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides, key=value")]
 
 
@@ -35,25 +34,17 @@ def run(
     = False,
 ) -> None:
     """Train one job, e.g. `bench run task.state_size=8 arch.name=transformer seed=3`."""
-    from .sweeps.results import check_out_dir
     from .training.config import load_run_config
 
-    cfg = load_run_config(overrides or [], config)
     if print_config:
         from omegaconf import OmegaConf
 
+        cfg = load_run_config(overrides or [], config)
         print(f"# job {cfg.job_id()}\n" + OmegaConf.to_yaml(cfg.to_dict()), end="")
         return
-    from .training.run import train
+    from .api import train
 
-    run_dir = out or Path("runs") / cfg.job_id()
-    check_out_dir(run_dir)
-    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_FILES) \
-        if run_dir.is_dir() else []
-    if foreign:
-        raise ConfigError(f"--out: {run_dir} holds files a run did not write ({foreign[0]}, ...); "
-                          "choose a new or empty directory")
-    result = train(cfg, run_dir, progress=progress and not json_)
+    result = train(overrides or [], out, config, progress=progress and not json_)
     if result is None:  # a rank other than 0 of a multi-device run: rank 0 reports
         return
     if json_:
@@ -62,7 +53,7 @@ def run(
         step = result["steps_to_emergence"]
         print(f"{result['status']}" + (f" at step {step}" if step is not None else "")
               + f" ({result['steps']} steps, {result['wall_time_s']:.1f}s); "
-              + f"results in {run_dir}/result.json")
+              + f"results in {out or Path('runs') / result['job_id']}/result.json")
 
 
 @app.command()
@@ -81,20 +72,14 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
-    from .sweeps.results import read_results
-    from .sweeps.sweep import load_spec, run_sweep
+    from .api import sweep as run
 
-    parsed = load_spec(spec, set_ or [])
-    out = out or spec.with_suffix("")
-    options = _options(option or [])
-    workers = _default_workers(executor) if workers is None else workers
-    counts = run_sweep(parsed, out, executor, workers, options,
-                       progress)
-    spec_dict, results = read_results(out)
-    if results:
-        _render(out, spec_dict, results)
+    done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress)
+    out, counts = done["out"], done["counts"]
+    if done["leaderboard"]:
+        print(done["leaderboard"].read_text())
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    print(f"sweep {parsed.name}: {summary}; results in {out}/results.sqlite")
+    print(f"sweep {done['name']}: {summary}; results in {out}/results.sqlite")
     if counts["failed"]:
         print(f"error: {counts['failed']} job(s) failed; `bench status {out}` lists them, "
               "a rerun retries them", file=sys.stderr)
@@ -123,8 +108,9 @@ def reproduce(
 ) -> None:
     """Rerun a committed leaderboard and test, row by row, whether it agrees (exit 0) or not."""
     from .analysis.reproduce import reproduce as run_reproduce
+    from .api import default_workers
 
-    workers = _default_workers(executor) if workers is None else workers
+    workers = default_workers(executor) if workers is None else workers
     table, fresh = run_reproduce(spec, out, seeds, seed_start, row or [], alpha, executor,
                                  workers, _options(option or []), progress, set_ or [])
     print((fresh / "reproduce.md").read_text())
@@ -139,18 +125,6 @@ def _options(items: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"-O {item}: expected key=value")
     return OmegaConf.to_container(OmegaConf.from_dotlist(items))
-
-
-def _default_workers(executor: str) -> int:
-    if executor == "local":
-        return 1
-    if executor == "processes":
-        import os
-
-        import torch
-
-        return torch.cuda.device_count() or os.cpu_count() or 1
-    return 4
 
 
 @app.command()

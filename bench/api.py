@@ -1,0 +1,113 @@
+"""The Python API: what `bench run`, `bench sweep` and the results database offer a script or a
+notebook. The commands call these functions, so both behave the same.
+
+    from bench.api import train, sweep, load_results
+    result = train(["arch.name=mamba", "task.state_size=12"])     # result.json as a dict
+    sweep("leaderboards/quickstart.yaml", out="runs/quickstart", executor="processes")
+    df = load_results("leaderboards/quickstart")                  # one row per finished run
+    df[~df.tuning].groupby("arch")["steps_to_emergence"].median()
+
+Bad input raises `bench.core.errors.ConfigError` with the one line the commands print.
+Importing this module is cheap: torch, Lightning and pandas load when a function needs them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .core.errors import ConfigError
+from .core.seeds import TUNE_SEED_START, seed_list
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml"}  # what a run writes
+
+
+def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | None = None,
+          config_file: str | Path | None = None, progress: bool = False) -> dict[str, Any] | None:
+    """Train one job; `config` is a nested dict or `key=value` items (over `config_file`).
+    Writes `out/result.json` and `out/metrics.csv` (default `runs/<job id>`) and returns the
+    result (None on ranks other than 0 of a multi-device run)."""
+    from .sweeps.results import check_out_dir
+    from .training.config import load_run_config
+    from .training.run import train as train_run
+
+    cfg = load_run_config(config or [], config_file)
+    run_dir = Path(out) if out is not None else Path("runs") / cfg.job_id()
+    check_out_dir(run_dir)
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_FILES) \
+        if run_dir.is_dir() else []
+    if foreign:
+        raise ConfigError(f"--out: {run_dir} holds files a run did not write ({foreign[0]}, ...); "
+                          "choose a new or empty directory")
+    return train_run(cfg, run_dir, progress=progress)
+
+
+def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "local",
+          workers: int | None = None, options: dict[str, Any] | None = None,
+          overrides: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
+    """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
+    the spec, without `.yaml`) and write its leaderboard. Returns {name, out, counts (jobs per
+    status), leaderboard (the path of leaderboard.md, None before any job finished)}."""
+    from .analysis.leaderboard import write_leaderboard
+    from .sweeps.results import read_results
+    from .sweeps.sweep import load_spec, run_sweep
+
+    spec = Path(spec)
+    parsed = load_spec(spec, overrides or [])
+    out = Path(out) if out is not None else spec.with_suffix("")
+    workers = default_workers(executor) if workers is None else workers
+    counts = run_sweep(parsed, out, executor, workers, options or {}, progress)
+    spec_dict, results = read_results(out)
+    if results:
+        write_leaderboard(out, spec_dict["name"], results, spec_dict)
+    return {"name": parsed.name, "out": out, "counts": counts,
+            "leaderboard": out / "leaderboard.md" if results else None}
+
+
+def default_workers(executor: str) -> int:
+    """processes: one per GPU, else one per core; local: 1; slurm and ray: 4."""
+    if executor == "local":
+        return 1
+    if executor == "processes":
+        import torch
+
+        return torch.cuda.device_count() or os.cpu_count() or 1
+    return 4
+
+
+def load_results(directory: str | Path) -> pd.DataFrame:
+    """Every finished run of a sweep directory's results database as a pandas DataFrame, one row
+    per run: job_id, status, seed, tuning (a learning-rate tuning run the table does not report),
+    steps_to_emergence (NaN if censored), budget_steps, the accuracy summary, n_params,
+    steps_per_s, the leaderboard's `task` and `arch` labels, and every config field flattened as
+    `task.state_size`, `arch.n_heads`, `train.lr`, ..."""
+    import pandas as pd
+
+    from .analysis.labels import record_defaults, row_labels
+    from .core.rows import group_key
+    from .sweeps.results import read_results
+
+    spec, results = read_results(Path(directory))
+    record_defaults(spec.get("arch_defaults", {}))
+    tune = spec.get("tune") or {}
+    tuning = set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
+    rows = []
+    for r in results:
+        config = r["config"]
+        task, arch = row_labels(config)
+        rows.append({
+            "job_id": r["job_id"], "row": group_key(config), "task": task, "arch": arch,
+            "seed": config["seed"], "tuning": config["seed"] in tuning, "status": r["status"],
+            "steps_to_emergence": r["steps_to_emergence"], "steps": r["steps"],
+            "budget_steps": r["budget_steps"], "tokens_to_emergence": r["tokens_to_emergence"],
+            "transition_width": r["transition_width"], **r.get("accuracy", {}),
+            "n_params": r["n_params"], "steps_per_s": r["steps_per_s"],
+            "wall_time_s": r["wall_time_s"], "kernel_path": r.get("kernel_path"),
+            **pd.json_normalize({k: v for k, v in config.items() if k != "seed"}, sep=".")
+            .iloc[0].to_dict(),
+        })
+    return pd.DataFrame(rows)
