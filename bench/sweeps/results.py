@@ -12,7 +12,6 @@ of something else, is refused rather than overwritten.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -21,6 +20,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from ..core.errors import ConfigError
 
@@ -203,41 +204,40 @@ def _json(data: Any) -> str:
 
 
 class SweepLock:
-    """An advisory lock on `out/.lock`: one live sweep per directory; released when it dies."""
+    """One live sweep per directory: an OS lock on `out/.lock` (filelock: flock on Unix, msvcrt
+    on Windows), released when the process exits or dies. `out/.lock.owner` names the holder."""
 
     def __init__(self, out: Path):
         self.path = out / ".lock"
-        self.fd: int | None = None
+        self.lock = FileLock(str(self.path), timeout=0)
 
     def __enter__(self) -> SweepLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
+            self.lock.acquire()
+        except Timeout:
+            owner = self.path.with_suffix(".owner")
+            holder = owner.read_text().strip() if owner.exists() else "?"
             raise ConfigError(f"{self.path.parent}: another sweep (pid {holder}) is running "
                               "in this directory") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        self.path.with_suffix(".owner").write_text(f"{os.getpid()}\n")
         return self
 
     def __exit__(self, *exc) -> None:
-        os.close(self.fd)  # closing releases the lock
+        self.lock.release()
 
     @staticmethod
     def held(out: Path) -> bool:
+        """Whether a live process holds `out`'s lock (probed by taking it for an instant)."""
         path = out / ".lock"
         if not path.exists():
             return False
-        fd = os.open(path, os.O_RDONLY)
+        probe = FileLock(str(path), timeout=0)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
+            probe.acquire()
+        except Timeout:
             return True
-        finally:
-            os.close(fd)
+        probe.release()
+        return False
 
 
 def check_out_dir(out: Path) -> None:

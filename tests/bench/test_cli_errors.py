@@ -257,7 +257,7 @@ def test_sweep_output_problems_are_refused_before_anything_is_written(cli, tmp_p
     with SweepLock(busy):  # another sweep holds the directory
         code, captured = cli("sweep", str(spec), "--out", str(busy))
     assert code == 2 and "another sweep (pid " in captured.err and "is running" in captured.err
-    assert sorted(p.name for p in busy.iterdir()) == [".lock"]
+    assert sorted(p.name for p in busy.iterdir()) == [".lock", ".lock.owner"]
 
 
 def test_run_out_must_be_a_directory_before_anything_runs(cli, tmp_path):
