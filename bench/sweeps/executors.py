@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, install_hint
 from ..core.rows import content_hash, experiment
 from .results import ResultsDB
 
@@ -223,7 +223,7 @@ def resolve_executor(name: str, workers: int, options: dict[str, Any]) -> Execut
 
         if importlib.util.find_spec(module) is None:
             raise ConfigError(f"--executor: '{name}' needs {module}; "
-                              f"pip install 'emergence-bench[{EXTRAS[module]}]'")
+                              f"{install_hint(EXTRAS[module])}")
     if workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {workers}")
     allowed = {"local": set(), "processes": set(), "ray": {"address", "cpus_per_job",
