@@ -118,6 +118,31 @@ def reproduce(
         raise typer.Exit(1)
 
 
+@app.command()
+def compare(
+    against: Annotated[Path, typer.Option(help="a committed leaderboard spec, e.g. "
+                                                "leaderboards/quickstart.yaml")],
+    overrides: Overrides = None,
+    out: Annotated[Path | None, typer.Option(
+        help="fresh directory [runs/compare/<spec name>-<hash of the new arch>]")] = None,
+    executor: Annotated[str, typer.Option(help="local, processes, slurm or ray")] = "local",
+    workers: Annotated[int | None, typer.Option(help="concurrent jobs")] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-O",
+                                                     help="executor option key=value")] = None,
+    progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
+) -> None:
+    """Your mixer as a new row of a committed leaderboard: trains only its runs (same tasks,
+    seeds, budget, criterion and learning-rate protocol), reuses the committed rows, prints the
+    merged table: `bench compare arch.name=pkg.mod:MyMixer --against SPEC.yaml`."""
+    from .analysis.compare import compare as run_compare
+    from .api import default_workers
+
+    workers = default_workers(executor) if workers is None else workers
+    out, _ = run_compare(against, overrides or [], out, executor, workers,
+                         _options(option or []), progress)
+    print((out / "compare.md").read_text())
+
+
 def _options(items: list[str]) -> dict:
     from omegaconf import OmegaConf
 

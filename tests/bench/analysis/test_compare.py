@@ -1,0 +1,59 @@
+"""`bench compare`: a mixer as one more row of a committed leaderboard, only its runs trained."""
+
+import shutil
+import sqlite3
+
+import pytest
+import yaml
+
+from bench.sweeps.sweep import load_spec, run_sweep
+from tests.bench.conftest import TINY
+
+BOARD = {**TINY, "name": "cmpboard", "archs": [{"name": "mlp_mixer", "d_model": 32,
+                                                "n_layers": 1}],
+         "seeds": 2, "train": {**TINY["train"], "max_steps": 60}}
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    spec = tmp_path_factory.mktemp("board") / "cmpboard.yaml"
+    spec.write_text(yaml.safe_dump(BOARD, sort_keys=False))
+    run_sweep(load_spec(spec), spec.with_suffix(""), progress=False)
+    return spec
+
+
+def finished_at(db) -> dict[str, float]:
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT id, finished_at FROM jobs"))
+
+
+def test_compare_trains_only_the_new_row_and_notes_its_size(board, cli, tmp_path):
+    committed = finished_at(board.with_suffix("") / "results.sqlite")
+    out = tmp_path / "cmp"
+    code, captured = cli("compare", "arch.name=mlp_mixer", "arch.d_model=64", "arch.n_layers=1",
+                         "--against", str(board), "--out", str(out), "--no-progress")
+    assert code == 0, captured.err
+    after = finished_at(out / "results.sqlite")
+    assert {k: after[k] for k in committed} == committed  # the baselines reused, not retrained
+    assert len(after) == 2 * len(committed)  # two seeds of the new row
+    text = (out / "compare.md").read_text()
+    assert "`mlp_mixer(d_model=32, n_layers=1)`" in text and "`mlp_mixer(n_layers=1)`" in text
+    assert "size: `mlp_mixer(n_layers=1)` has" in text and "beyond ±20%" in text
+
+
+def test_bad_comparisons_are_one_line_and_write_nothing(board, cli, tmp_path):
+    bare = tmp_path / "bare.yaml"  # a spec without committed results
+    shutil.copy(board, bare)
+    out = tmp_path / "cmp"
+    for args, message in [
+        (["arch.name=transformer", "--against", str(bare)], "--against: no committed results"),
+        (["arch.name=transformer", "task.state_size=12", "--against", str(board)],
+         "task: bench compare takes the committed spec's task; give only arch.* and plugins"),
+        (["arch.d_model=32", "--against", str(board)], "arch.name: required"),
+        (["arch.name=mlp_mixer", "arch.d_model=32", "arch.n_layers=1", "--against", str(board)],
+         "two entries resolve to the same architecture config"),
+    ]:
+        code, captured = cli("compare", *args, "--out", str(out), "--no-progress")
+        lines = captured.err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and message in lines[0], lines
+        assert not out.exists()
