@@ -248,8 +248,15 @@ def test_a_registered_plugin_reaches_every_worker(fail_in_workers, spec_file, cl
     spec = spec_file(archs=[{"name": name, "d_model": 32, "n_layers": 1}], plugins=[module],
                      train={**TINY["train"], "max_steps": 40})
     out = tmp_path / "out"
-    code, captured = cli("sweep", str(spec), "--out", str(out), "--executor", "processes",
-                         "--workers", "2", "--no-progress")
+    from architectures import ARCHITECTURES
+
+    before = dict(ARCHITECTURES)
+    try:
+        code, captured = cli("sweep", str(spec), "--out", str(out), "--executor", "processes",
+                             "--workers", "2", "--no-progress")
+    finally:  # the registration ran in this process too: later tests see the plain registry
+        ARCHITECTURES.clear()
+        ARCHITECTURES.update(before)
     rows = sqlite3.connect(out / "results.sqlite").execute(
         "SELECT status, error, config FROM jobs").fetchall()
     assert len(rows) == 2
