@@ -30,6 +30,11 @@ def content_hash(data: Any, length: int) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:length]
 
 
+def job_id(config: dict[str, Any]) -> str:
+    """A resolved config's job id: the same job has the same id anywhere."""
+    return content_hash(experiment(config), 12)
+
+
 def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> str:
     """Hash of a job's config less the seed: one leaderboard row per value."""
     config = {k: v for k, v in experiment(config).items() if k not in without}

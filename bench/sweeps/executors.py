@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, install_hint
-from ..core.rows import content_hash, experiment
+from ..core.rows import job_id as config_job_id
 from .results import ResultsDB
 
 Summary = dict[str, Any]  # {"id", "status", "error"?}
@@ -38,7 +38,7 @@ def execute(config: dict[str, Any], out: str) -> Summary:
     from ..training.config import load_run_config
     from ..training.run import train, versions
 
-    job_id = content_hash(experiment(config), 12)  # = RunConfig.job_id() of a resolved config
+    job_id = config_job_id(config)  # known before the config is resolved (plug-ins imported)
     db = ResultsDB(Path(out) / ResultsDB.FILENAME)
     try:
         db.claim(job_id)
@@ -194,7 +194,7 @@ def _record_lost(config: dict[str, Any], out: Path, error: str) -> Summary:
     """A job whose process died before it could record itself: recorded failed from here."""
     from ..training.run import versions
 
-    job_id = content_hash(experiment(config), 12)
+    job_id = config_job_id(config)
     db = ResultsDB(out / ResultsDB.FILENAME)
     try:
         db.fail(job_id, error, versions())

@@ -28,7 +28,7 @@ from datamodules import TASKS, TaskConfig
 
 from ..core.emergence import EmergenceCriterion
 from ..core.errors import ConfigError
-from ..core.rows import HARDWARE_ONLY, content_hash, experiment
+from ..core.rows import HARDWARE_ONLY, job_id
 from ..core.seeds import SEED_LIMIT
 
 
@@ -126,7 +126,7 @@ class RunConfig:
         """Stable content hash of the resolved config: the same job has the same id anywhere.
         Knobs that change speed or hardware, not the experiment (train.compile,
         trainer.accelerator, ...), are left out."""
-        return content_hash(experiment(self.to_dict()), 12)
+        return job_id(self.to_dict())
 
 
 
