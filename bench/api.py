@@ -23,14 +23,15 @@ from .core.seeds import TUNE_SEED_START, seed_list
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml"}  # what a run writes
+RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml", "checkpoints"}  # what a run writes
 
 
 def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | None = None,
           config_file: str | Path | None = None, progress: bool = False) -> dict[str, Any] | None:
     """Train one job; `config` is a nested dict or `key=value` items (over `config_file`).
     Writes `out/result.json` and `out/metrics.csv` (default `runs/<job id>`) and returns the
-    result (None on ranks other than 0 of a multi-device run)."""
+    result (None on ranks other than 0 of a multi-device run). Where `out` holds this job's
+    resume checkpoint (a killed run), training continues from it."""
     from .sweeps.results import check_out_dir
     from .training.config import load_run_config
     from .training.run import train as train_run

@@ -363,6 +363,6 @@ class StateSequenceTask(L.LightningDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Batch:
         trainer = self.trainer
         where = (trainer.strategy.root_device, trainer.global_rank, trainer.world_size)
-        if trainer.training:
-            return self.train_batch(int(batch), *where)
+        if trainer.training:  # the step about to be taken (a resumed run restarts the loader)
+            return self.train_batch(trainer.global_step, *where)
         return self.eval_batch(*where, chunk=int(batch))

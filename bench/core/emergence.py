@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Metric = Literal["val/loss", "val/token_acc", "val/exact_acc"]
 
@@ -115,6 +115,21 @@ class EmergenceTracker:
         else:
             self._streak, self._streak_start = 0, None
         return self.status
+
+    def state(self) -> dict[str, Any]:
+        """What a resumed run needs to continue this tracker (plain values)."""
+        return {"history": [list(h) for h in self.history], "status": self.status,
+                "step": self.step, "wall_time_s": self.wall_time_s,
+                "streak_start": list(self._streak_start) if self._streak_start else None,
+                "streak": self._streak}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.history = [(int(s), float(v)) for s, v in state["history"]]
+        self.status, self.step, self.wall_time_s = (state["status"], state["step"],
+                                                    state["wall_time_s"])
+        start = state["streak_start"]
+        self._streak_start = (int(start[0]), float(start[1])) if start else None
+        self._streak = int(state["streak"])
 
     def finish(self, budget_step: int) -> Status:
         """Close the run: still running at the end of the budget means censored."""

@@ -8,7 +8,8 @@ import hashlib
 import json
 from typing import Any
 
-SPEED_ONLY = ("compile",)  # train fields that change speed, not the experiment
+# train fields that change speed or what survives a crash, not the experiment
+SPEED_ONLY = ("compile", "checkpoint_every")
 # `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
 # trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
 HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")

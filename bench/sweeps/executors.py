@@ -36,6 +36,7 @@ Summary = dict[str, Any]  # {"id", "status", "error"?}
 def execute(config: dict[str, Any], out: str) -> Summary:
     """Run one job here and record it in `out`'s results database."""
     from ..training.config import load_run_config
+    from ..training.checkpoint import resume_path
     from ..training.run import train, versions
 
     job_id = config_job_id(config)  # known before the config is resolved (plug-ins imported)
@@ -43,7 +44,8 @@ def execute(config: dict[str, Any], out: str) -> Summary:
     try:
         db.claim(job_id)
         run_dir = Path(out) / "runs" / job_id
-        shutil.rmtree(run_dir, ignore_errors=True)  # what an interrupted attempt left
+        if not resume_path(run_dir).is_file():  # an interrupted attempt resumes from it
+            shutil.rmtree(run_dir, ignore_errors=True)  # else: start clean
         try:  # a plug-in module that fails to import here fails this job, not the sweep
             result = train(load_run_config(config), run_dir, progress=False)
         except Exception as e:  # the job failed; the sweep goes on

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
@@ -18,9 +19,18 @@ class EmergenceCallback(Callback):
     def __init__(self, criterion: EmergenceCriterion, baseline: float, solved: float):
         self.tracker = EmergenceTracker(criterion, baseline, solved)
         self._t0 = time.perf_counter()
+        self._before = 0.0  # seconds trained before a resume
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter() - self._before
+
+    def state_dict(self) -> dict[str, Any]:  # kept in resume checkpoints
+        return {"tracker": self.tracker.state(), "elapsed": time.perf_counter() - self._t0}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.tracker.restore(state_dict["tracker"])
+        self._before = state_dict["elapsed"]
+        self._t0 = time.perf_counter() - self._before  # whichever hook runs first
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # the sanity check evaluates the whole set before the first step: the step-0 point

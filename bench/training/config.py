@@ -56,11 +56,16 @@ class TrainConfig:
     memorisation shows as a gap"""
     compile: bool = False
     """torch.compile the model (speed only: not part of the job id)"""
+    checkpoint_every: int = 500
+    """save a resume checkpoint at the first evaluation this many steps after the last one, so a
+    killed or retried run continues from it; removed when the run finishes (0 = never; not part
+    of the job id)"""
 
     def __post_init__(self) -> None:
         for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
-                           ("probe_size", 2**20), ("warmup_steps", 10**8)):
-            low = 0 if name == "warmup_steps" else 1
+                           ("probe_size", 2**20), ("warmup_steps", 10**8),
+                           ("checkpoint_every", 10**8)):
+            low = 0 if name in ("warmup_steps", "checkpoint_every") else 1
             if not low <= getattr(self, name) <= high:
                 raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
         if not 1 <= self.eval_every <= self.max_steps:

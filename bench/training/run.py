@@ -19,7 +19,6 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
 from architectures import ContractError, ReportsKernelPath, check_mixer
@@ -29,6 +28,7 @@ from datamodules.base import StateSequenceTask
 from ..core.emergence import EmergenceTracker, check_threshold, reference_key
 from ..core.errors import ConfigError
 from .callback import EmergenceCallback
+from .checkpoint import ResumeCheckpoint, RunLogger, remove_checkpoints, resume_point
 from .config import RunConfig
 from .lightning_module import EmergenceModule
 from .memory import check_memory
@@ -54,6 +54,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*IterableDataset.*__len__.*")
     warnings.filterwarnings("ignore", message=".*Trying to infer the `batch_size`.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
+    warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # a resumed run
 
 
 def build_run_task(cfg: RunConfig) -> StateSequenceTask:
@@ -81,12 +82,15 @@ def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCall
     return EmergenceCallback(cfg.emergence, refs["no_context"][key], refs["ceiling"][key])
 
 
-def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool):
+def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool,
+                  resume_step: int | None = None):
+    if cfg.train.checkpoint_every:
+        callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), cfg.train.checkpoint_every)]
     options: dict[str, Any] = {
         "accelerator": "auto",  # the GPU where one is visible (the processes executor
         # shows each worker its own), else the CPU
         "devices": 1,
-        "enable_checkpointing": False,
+        "enable_checkpointing": bool(cfg.train.checkpoint_every),
         "enable_model_summary": False,
         "enable_progress_bar": progress,
         "num_sanity_val_steps": -1,  # the whole evaluation before the first step: step 0
@@ -99,7 +103,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
             val_check_interval=cfg.train.eval_every,
             check_val_every_n_epoch=None,
             gradient_clip_val=cfg.train.grad_clip or None,
-            logger=CSVLogger(run_dir, name="", version=""),
+            logger=RunLogger(run_dir, resume_step),
             callbacks=callbacks,
             default_root_dir=run_dir,
             **options,
@@ -110,6 +114,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
 
 def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:
     """Train `cfg`, write `run_dir/result.json` and return it (None on ranks other than 0).
+    A run directory holding this job's resume checkpoint continues from it (bench.training.
+    checkpoint); the checkpoint is removed once result.json is written.
 
     The result is assembled where rank 0 trains, so every Lightning launcher works: in this
     process, in processes `ddp` starts by rerunning the command, or in `ddp_spawn` children.
@@ -122,17 +128,21 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         check_mixer(cfg.arch, task.seq_len)
     except ContractError as e:
         raise ConfigError(f"arch.name: {e}") from None
+    resume = resume_point(run_dir, cfg.job_id())
     L.seed_everything(cfg.seed, verbose=False)
     module = EmergenceModule(cfg.arch, cfg.train, task)
     emergence = emergence_callback(cfg, task)
     recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
-    trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress)
+    trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress,
+                            resume[1] if resume else None)
     if cfg.train.batch_size % trainer.world_size:
         raise ConfigError(f"train.batch_size: {cfg.train.batch_size} does not split over "
                           f"{trainer.world_size} devices; use a multiple of it")
-    trainer.fit(module, datamodule=task)
+    trainer.fit(module, datamodule=task, ckpt_path=resume[0] if resume else None,
+                weights_only=True)
     if not trainer.is_global_zero:
         return None
+    remove_checkpoints(run_dir)
     return json.loads((run_dir / "result.json").read_text())
 
 
@@ -144,7 +154,15 @@ class RunRecorder(Callback):
                  run_dir: Path):
         self.cfg, self.task, self.tracker, self.run_dir = cfg, task, tracker, run_dir
         self._t0 = time.perf_counter()
+        self._before = 0.0  # seconds trained before a resume
         self.curves: dict[str, list[float]] = {"step": []}
+
+    def state_dict(self) -> dict[str, Any]:  # kept in resume checkpoints
+        return {"curves": self.curves, "elapsed": time.perf_counter() - self._t0}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.curves, self._before = state_dict["curves"], state_dict["elapsed"]
+        self._t0 = time.perf_counter() - self._before  # whichever hook runs first
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seen = len(self.curves["step"])
@@ -155,7 +173,7 @@ class RunRecorder(Callback):
             values.extend([math.nan] * (seen + 1 - len(values)))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter() - self._before
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.tracker.finish(self.cfg.train.max_steps)
