@@ -35,8 +35,8 @@ Summary = dict[str, Any]  # {"id", "status", "error"?}
 
 def execute(config: dict[str, Any], out: str) -> Summary:
     """Run one job here and record it in `out`'s results database."""
-    from ..training.config import load_run_config
     from ..training.checkpoint import resume_path
+    from ..training.config import load_run_config
     from ..training.run import train, versions
 
     job_id = config_job_id(config)  # known before the config is resolved (plug-ins imported)

@@ -85,7 +85,8 @@ def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCall
 def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool,
                   resume_step: int | None = None):
     if cfg.train.checkpoint_every:
-        callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), cfg.train.checkpoint_every)]
+        every = cfg.train.checkpoint_every
+        callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), every)]
     options: dict[str, Any] = {
         "accelerator": "auto",  # the GPU where one is visible (the processes executor
         # shows each worker its own), else the CPU
