@@ -13,6 +13,7 @@ SPEED_ONLY = ("compile", "checkpoint_every")
 # `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
 # trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
 HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")
+LOGGING_ONLY = ("logger",)  # where metrics are also sent (TensorBoard, W&B, MLflow)
 
 
 def experiment(config: dict[str, Any]) -> dict[str, Any]:
@@ -22,7 +23,8 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
     out = {k: v for k, v in config.items() if k != "plugins"} | {"train": train}
     if "trainer" in config:
-        out["trainer"] = {k: v for k, v in config["trainer"].items() if k not in HARDWARE_ONLY}
+        out["trainer"] = {k: v for k, v in config["trainer"].items()
+                          if k not in HARDWARE_ONLY + LOGGING_ONLY}
     return out
 
 

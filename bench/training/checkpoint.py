@@ -12,7 +12,6 @@ one would have; on CPU it reproduces it exactly.
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import warnings
@@ -21,9 +20,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.loggers.csv_logs import _ExperimentWriter
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
 
 from ..core.errors import ConfigError
 
@@ -97,36 +94,3 @@ class ResumeCheckpoint(ModelCheckpoint):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_at = state_dict.pop("saved_at", 0)
         super().load_state_dict(state_dict)
-
-
-class RunLogger(CSVLogger):
-    """The run's `metrics.csv`. Lightning's CSV writer deletes an existing file; resuming at
-    step `resume_step`, this one keeps its rows up to that step and appends after them."""
-
-    def __init__(self, run_dir: Path, resume_step: int | None = None):
-        super().__init__(run_dir, name="", version="")
-        self.resume_step = resume_step
-
-    @property
-    def experiment(self) -> _ExperimentWriter:
-        if self._experiment is None:
-            path = Path(self.log_dir) / _ExperimentWriter.NAME_METRICS_FILE
-            kept, header = _rows_upto(path, self.resume_step)
-            experiment = super().experiment  # deletes the file (on rank 0; elsewhere a dummy)
-            if header and isinstance(experiment, _ExperimentWriter):
-                with path.open("w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=header)
-                    writer.writeheader()
-                    writer.writerows(kept)
-                experiment.metrics_keys = list(header)
-            return experiment
-        return self._experiment
-
-
-def _rows_upto(path: Path, step: int | None) -> tuple[list[dict[str, str]], list[str]]:
-    if step is None or not path.is_file():
-        return [], []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [r for r in reader if r.get("step") and int(float(r["step"])) <= step]
-        return rows, list(reader.fieldnames or [])

@@ -30,6 +30,7 @@ from ..core.emergence import EmergenceCriterion
 from ..core.errors import ConfigError
 from ..core.rows import HARDWARE_ONLY, job_id
 from ..core.seeds import SEED_LIMIT
+from .loggers import logger_names
 
 
 @dataclass
@@ -86,7 +87,6 @@ RESERVED_TRAINER_KEYS = {
     "val_check_interval": "train.eval_every",
     "check_val_every_n_epoch": "train.eval_every",
     "gradient_clip_val": "train.grad_clip",
-    "logger": "the run directory",
     "callbacks": "emergence.*",
     "default_root_dir": "--out",
     "num_sanity_val_steps": "the step-0 evaluation (always the whole set)",
@@ -276,8 +276,12 @@ def check_trainer(options: dict[str, Any]) -> None:
             raise ConfigError(f"trainer.{key}: set by the runner; use {RESERVED_TRAINER_KEYS[key]}")
         if key not in TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}: not an argument of lightning.Trainer")
+    if "logger" in options:
+        logger_names(options["logger"])
     hints = _trainer_hints()
     for key, value in options.items():
+        if key == "logger":
+            continue
         if key in hints and not _fits(value, hints[key]):
             raise ConfigError(f"trainer.{key}: must be {_spell(hints[key])}, got {value!r}")
     for key in ("devices", "num_nodes"):
@@ -290,7 +294,7 @@ def check_trainer(options: dict[str, Any]) -> None:
         value = options.get(key, "auto")
         if isinstance(value, str) and value not in names():
             raise ConfigError(f"trainer.{key}: unknown '{value}'; allowed: {', '.join(names())}")
-    kept = {k: v for k, v in options.items() if k not in HARDWARE_ONLY}
+    kept = {k: v for k, v in options.items() if k not in (*HARDWARE_ONLY, "logger")}
     try:
         _build_cpu_trainer(repr(sorted(kept.items())))
     except ConfigError:  # name the option at fault: the first that fails on its own

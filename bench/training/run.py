@@ -28,9 +28,10 @@ from datamodules.base import StateSequenceTask
 from ..core.emergence import EmergenceTracker, check_threshold, reference_key
 from ..core.errors import ConfigError
 from .callback import EmergenceCallback
-from .checkpoint import ResumeCheckpoint, RunLogger, remove_checkpoints, resume_point
+from .checkpoint import ResumeCheckpoint, remove_checkpoints, resume_point
 from .config import RunConfig
 from .lightning_module import EmergenceModule
+from .loggers import build_loggers
 from .memory import check_memory
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
@@ -96,7 +97,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
         "enable_progress_bar": progress,
         "num_sanity_val_steps": -1,  # the whole evaluation before the first step: step 0
         "log_every_n_steps": cfg.train.eval_every,
-        **cfg.trainer,
+        **{k: v for k, v in cfg.trainer.items() if k != "logger"},
     }
     try:
         return L.Trainer(
@@ -104,7 +105,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
             val_check_interval=cfg.train.eval_every,
             check_val_every_n_epoch=None,
             gradient_clip_val=cfg.train.grad_clip or None,
-            logger=RunLogger(run_dir, resume_step),
+            logger=build_loggers(cfg.trainer.get("logger"), run_dir, cfg.job_id(),
+                                 cfg.to_dict(), resume_step),
             callbacks=callbacks,
             default_root_dir=run_dir,
             **options,

@@ -21,7 +21,8 @@ from bench.training.run import train
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",
        "arch.d_model=16", "train.eval_every=25", "train.eval_size=128", "train.probe_size=64",
        "train.warmup_steps=20", "train.lr=3e-3", "train.max_steps=150",
-       "train.checkpoint_every=50", "emergence.stop_early=false"]
+       "train.checkpoint_every=50", "emergence.stop_early=false",
+       "trainer.log_every_n_steps=1"]  # a CSV row at every step: rows after a checkpoint exist
 TIMINGS = {"wall_time_s", "steps_per_s", "tokens_per_s", "wall_time_to_emergence_s"}
 
 
