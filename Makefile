@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test lint clean
+.PHONY: quickstart test lint browser clean
 
 $(BIN)/bench: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,14 @@ quickstart: $(BIN)/bench
 lint: $(BIN)/bench
 	$(BIN)/ruff check .
 
-test: lint
+# headless Chromium for the site test (Debian's package; needs root and apt, else it is skipped
+# unless REQUIRE_BROWSER is set, as CI does)
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		>/dev/null; } || echo "no chromium here: the site's browser test will be skipped"
+
+test: lint browser
 	$(BIN)/pytest -q
 
 clean:

@@ -175,6 +175,21 @@ def status(
     print(json.dumps(report, indent=2) if json_ else report["text"])
 
 
+@app.command()
+def site(
+    out: Annotated[Path, typer.Option(help="where the HTML pages go")] = Path("site"),
+    root: Annotated[Path, typer.Option(
+        help="the repository: README.md and leaderboards/NAME.yaml with NAME/leaderboard.md")]
+    = Path("."),
+) -> None:
+    """Render every committed leaderboard as a static HTML site (index.html: the verdicts)."""
+    from .analysis.site import build_site
+
+    pages = build_site(root, out)
+    print(f"{len(pages)} pages in {out}/ (open {out / 'index.html'}; figures are linked relative "
+          "to it, so serve the repository root)")
+
+
 def _render(out: Path, spec: dict, results: list[dict]) -> None:
     from .analysis.leaderboard import write_leaderboard
 

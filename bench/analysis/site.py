@@ -1,0 +1,199 @@
+"""`bench site`: every committed leaderboard as a static HTML site people can browse.
+
+One page per leaderboard (its verdict row from the README, its findings page where it has one,
+then its table, tests and figures, all as committed) and an index with the README's verdict
+table. Tables sort by any column on a click. Nothing is recomputed: the pages render the
+committed markdown (markdown-it) into one Jinja2 template, so the site says exactly what the
+tables say. Figures are linked, not copied, relative to the output directory: the committed
+`site/` shows them when the repository root is served (`python -m http.server`, GitHub Pages).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+from markdown_it import MarkdownIt
+
+from ..core.errors import ConfigError
+
+VERDICTS = "## What the leaderboards show"
+
+
+@dataclass
+class Board:
+    name: str
+    directory: Path
+    """leaderboards/<name>: leaderboard.md, figures, and README.md (findings) where written"""
+    verdict: list[str] | None = None
+    """the README's verdict row for this leaderboard: [claim, verdict, link]"""
+
+
+def find_boards(root: Path) -> list[Board]:
+    """The committed leaderboards: each spec `leaderboards/NAME.yaml` whose directory holds a
+    rendered `leaderboard.md` or a findings `README.md` (a sweep still running), in name order."""
+    boards = [Board(spec.stem, spec.with_suffix("")) for spec in
+              sorted((root / "leaderboards").glob("*.yaml"))
+              if any((spec.with_suffix("") / n).is_file() for n in ("leaderboard.md", "README.md"))]
+    if not boards:
+        raise ConfigError(f"--root: {root} holds no committed leaderboard "
+                          "(leaderboards/NAME.yaml with NAME/leaderboard.md or NAME/README.md)")
+    return boards
+
+
+def verdict_section(readme: str) -> tuple[str, list[str], list[list[str]]]:
+    """The README's verdict section: (the text above its table, the table's header, its rows as
+    cells)."""
+    if VERDICTS not in readme:
+        raise ConfigError(f"README.md: no '{VERDICTS}' section to take the verdicts from")
+    section = readme.split(VERDICTS, 1)[1].split("\n## ", 1)[0]
+    lines = section.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    rows = [_cells(line) for line in lines[start:end]]
+    return "\n".join(lines[:start]).strip(), rows[0], rows[2:]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+class Renderer:
+    """Markdown to HTML for one page: links to a leaderboard's markdown become its page, links
+    and images to other files become paths relative to the site directory."""
+
+    def __init__(self, root: Path, out: Path, pages: dict[Path, str]):
+        self.root, self.out, self.pages = root.resolve(), out.resolve(), pages
+        self.md = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+    def __call__(self, text: str, source_dir: Path) -> str:
+        tokens = self.md.parse(text)
+        for token in tokens:
+            for child in token.children or []:
+                for attr in ("href", "src"):
+                    target = child.attrGet(attr)
+                    if isinstance(target, str):
+                        child.attrSet(attr, self.target(target, source_dir.resolve()))
+        html = self.md.renderer.render(tokens, self.md.options, {})
+        return html.replace("<table>", '<table class="sortable">')
+
+    def target(self, link: str, source_dir: Path) -> str:
+        if re.match(r"^[a-z]+:|^#|^/", link):  # a URL, an anchor, an absolute path
+            return link
+        path, _, anchor = link.partition("#")
+        resolved = (source_dir / path).resolve()
+        if resolved in self.pages:
+            return self.pages[resolved] + (f"#{anchor}" if anchor else "")
+        if resolved.is_dir() and resolved / "README.md" in self.pages:
+            return self.pages[resolved / "README.md"]
+        return os.path.relpath(resolved, self.out) + (f"#{anchor}" if anchor else "")
+
+
+def build_site(root: Path | str = ".", out: Path | str = "site",
+               links_from: Path | str | None = None) -> list[Path]:
+    """Write the site for the leaderboards under `root` into `out`; return the pages written.
+    Links are relative to `links_from` (default `out`): where the pages will be served from."""
+    root, out = Path(root), Path(out)
+    boards = find_boards(root)
+    readme = root / "README.md"
+    if not readme.is_file():
+        raise ConfigError(f"--root: {root} has no README.md (the verdict table)")
+    intro, header, rows = verdict_section(readme.read_text())
+    pages: dict[Path, str] = {}
+    for b in boards:
+        for name in ("leaderboard.md", "README.md"):
+            pages[(b.directory / name).resolve()] = f"{b.name}.html"
+    render = Renderer(root, Path(links_from or out), pages)
+    for row in rows:
+        for b in boards:
+            if f"(leaderboards/{b.name}/" in row[-1]:
+                b.verdict = row
+    out.mkdir(parents=True, exist_ok=True)
+    template = _environment().from_string(TEMPLATE)
+    written = []
+    index_table = "\n".join(["| " + " | ".join(header) + " |",
+                             "|" + "---|" * len(header),
+                             *("| " + " | ".join(row) + " |" for row in rows)])
+    body = render(f"{intro}\n\n{index_table}\n", root)
+    written.append(_write(out / "index.html", template.render(
+        title="emergence-bench leaderboards", body=body, boards=boards, here="index")))
+    for b in boards:
+        parts = []
+        if b.verdict:
+            parts.append(render("**Verdict** (the README's row for this leaderboard):\n\n"
+                                + "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
+                                + "\n| " + " | ".join(b.verdict) + " |\n", root))
+        if (b.directory / "README.md").is_file():
+            parts.append(render((b.directory / "README.md").read_text(), b.directory))
+        if (b.directory / "leaderboard.md").is_file():
+            parts.append(render((b.directory / "leaderboard.md").read_text(), b.directory))
+        written.append(_write(out / f"{b.name}.html", template.render(
+            title=b.name, body='\n<hr>\n'.join(parts), boards=boards, here=b.name)))
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True)
+
+
+TEMPLATE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }}</title>
+<style>
+body { font: 15px/1.5 system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 1em; }
+nav a { margin-right: 1em; } nav a.here { font-weight: bold; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
+th { background: #f3f3f3; cursor: pointer; user-select: none; }
+th[aria-sort=ascending]::after { content: " \\25B2"; }
+th[aria-sort=descending]::after { content: " \\25BC"; }
+img { max-width: 100%; display: block; margin: 1em 0; }
+code { background: #f6f6f6; }
+</style>
+</head>
+<body>
+<nav><a href="index.html"{% if here == "index" %} class="here"{% endif %}>verdicts</a>
+{%- for b in boards %}
+<a href="{{ b.name }}.html"{% if here == b.name %} class="here"{% endif %}>{{ b.name }}</a>
+{%- endfor %}</nav>
+<main>
+{{ body | safe }}
+</main>
+<script>
+// Click a header to sort its table by that column (numbers by value, text otherwise).
+function cellKey(text) {
+  const m = text.replace(/,/g, "").match(/-?\\d+(\\.\\d+)?(e-?\\d+)?/);
+  return m && !/^[a-z_`*(]/i.test(text.trim()) ? [0, parseFloat(m[0]), text] : [1, 0, text];
+}
+function compare(a, b) {
+  return a[0] - b[0] || a[1] - b[1] || a[2].localeCompare(b[2]);
+}
+for (const table of document.querySelectorAll("table.sortable")) {
+  table.querySelectorAll("thead th").forEach((th, col) => th.addEventListener("click", () => {
+    const order = th.getAttribute("aria-sort") === "ascending" ? "descending" : "ascending";
+    table.querySelectorAll("thead th").forEach(h => h.removeAttribute("aria-sort"));
+    th.setAttribute("aria-sort", order);
+    const body = table.tBodies[0];
+    const rows = Array.from(body.rows).map(r => [cellKey(r.cells[col].textContent), r]);
+    rows.sort((x, y) => compare(x[0], y[0]) * (order === "ascending" ? 1 : -1));
+    rows.forEach(([, r]) => body.appendChild(r));
+  }));
+}
+</script>
+</body>
+</html>
+"""
