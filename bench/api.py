@@ -1,7 +1,9 @@
 """The Python API: what `bench run`, `bench sweep` and the results database offer a script or a
 notebook. The commands call these functions, so both behave the same.
 
-    from bench.api import train, sweep, load_results
+    from bench.api import describe, compare, train, sweep, load_results
+    describe(["arch.name=pkg.mod:MyMixer"])                       # sizes, contract checked
+    compare("leaderboards/quickstart.yaml", ["arch.name=pkg.mod:MyMixer"])  # one more row
     result = train(["arch.name=mamba", "task.state_size=12"])     # result.json as a dict
     sweep("leaderboards/quickstart.yaml", out="runs/quickstart", executor="processes")
     df = load_results("leaderboards/quickstart")                  # one row per finished run
@@ -45,6 +47,32 @@ def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | No
         raise ConfigError(f"--out: {run_dir} holds files a run did not write ({foreign[0]}, ...); "
                           "choose a new or empty directory")
     return train_run(cfg, run_dir, progress=progress)
+
+
+def describe(config: dict[str, Any] | list[str] | None = None,
+             config_file: str | Path | None = None) -> dict[str, Any]:
+    """What `config` builds, without training (`bench describe`): parameters (embeddings, each
+    layer's mixer, MLP and norms, head), state per layer, the kernel path on this machine, the
+    memory estimate; the mixer contract a run checks first (causality, ...) must pass."""
+    from .tools.describe import describe_model
+    from .training.config import load_run_config
+
+    return describe_model(load_run_config(config or [], config_file))
+
+
+def compare(against: str | Path, arch: list[str], out: str | Path | None = None,
+            executor: str = "local", workers: int | None = None,
+            options: dict[str, Any] | None = None, progress: bool = False) -> dict[str, Any]:
+    """A mixer (`arch.name=...`, `arch.FIELD=...`, `plugins=[...]` items) as one more row of
+    the committed leaderboard `against` (`bench compare`): only its runs train, into `out`
+    (default runs/compare/<spec name>-<hash>) beside a copy of the committed database. Returns
+    {out, table (the path of compare.md, the merged table), notes (size warnings)}."""
+    from .analysis.compare import compare as run_compare
+
+    workers = default_workers(executor) if workers is None else workers
+    out_dir, notes = run_compare(Path(against), list(arch), Path(out) if out else None,
+                                 executor, workers, options or {}, progress)
+    return {"out": out_dir, "table": out_dir / "compare.md", "notes": notes}
 
 
 def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "local",

@@ -134,13 +134,11 @@ def compare(
     """Your mixer as a new row of a committed leaderboard: trains only its runs (same tasks,
     seeds, budget, criterion and learning-rate protocol), reuses the committed rows, prints the
     merged table: `bench compare arch.name=pkg.mod:MyMixer --against SPEC.yaml`."""
-    from .analysis.compare import compare as run_compare
-    from .api import default_workers
+    from .api import compare as run_compare
 
-    workers = default_workers(executor) if workers is None else workers
-    out, _ = run_compare(against, overrides or [], out, executor, workers,
-                         _options(option or []), progress)
-    print((out / "compare.md").read_text())
+    done = run_compare(against, overrides or [], out, executor, workers, _options(option or []),
+                       progress)
+    print(done["table"].read_text())
 
 
 def _options(items: list[str]) -> dict:
@@ -234,10 +232,10 @@ def describe(
 ) -> None:
     """What a run config builds, without training: parameters per layer, state per layer, the
     kernel path on this machine and the memory estimate (`bench describe arch.name=mamba`)."""
-    from .tools.describe import describe_model, to_text
-    from .training.config import load_run_config
+    from .api import describe as describe_config
+    from .tools.describe import to_text
 
-    report = describe_model(load_run_config(overrides or [], config_file=config))
+    report = describe_config(overrides or [], config)
     print(json.dumps(report, indent=2) if json_ else to_text(report))
 
 

@@ -1,4 +1,5 @@
-"""A token mixer of your own, trained by `bench` without a fork.
+"""A token mixer of your own, trained by `bench` without a fork (the whole path, from writing
+it to reading its row of a leaderboard: examples/README.md and examples/walkthrough.py).
 
 A plug-in mixer is an nn.Module whose constructor takes (d_model, seq_len, layer_idx) and
 keyword fields with defaults and int/float/bool/str annotations (they become `arch.*` fields),

@@ -1,6 +1,7 @@
 """`bench describe`: what a config builds, without training: parameters (embeddings, each layer's
 mixer, MLP and norms, the head), the state a layer keeps per sequence, the kernel path one
-forward pass takes on this machine, and the memory estimate a run checks before allocating."""
+forward pass takes on this machine, the memory estimate a run checks before allocating, and the
+mixer contract a run checks first (causality proven by gradients, no state between calls, ...)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from architectures import Backbone
+from architectures import Backbone, ContractError, check_mixer
 from architectures.plugins import one_line
 
 from ..analysis.labels import row_labels
@@ -36,6 +37,10 @@ def describe_model(cfg: RunConfig) -> dict[str, Any]:
     except Exception as e:  # a plug-in's forward is user code: one line
         raise ConfigError(f"arch.name: mixer '{cfg.arch.name}' failed in forward: "
                           f"{one_line(e)}") from None
+    try:  # what a run checks before it trains: a mixer that breaks it is one line here too
+        check_mixer(cfg.arch, L)
+    except ContractError as e:
+        raise ConfigError(f"arch.name: {e}") from None
     layers = [{"mixer": count(b.mixer), "mlp": count(b.mlp), "norm": count(b.norm)}
               for b in model.blocks]
     task_label, arch_label = row_labels(cfg.to_dict())
@@ -47,6 +52,7 @@ def describe_model(cfg: RunConfig) -> dict[str, Any]:
         "state_per_layer": cfg.arch.memory_per_layer(L),
         "kernel_path": kernel_path(model), "device": device,
         "memory_estimate_bytes": dict(estimate),
+        "contract": "passed",
     }
 
 
@@ -65,6 +71,8 @@ def to_text(d: dict[str, Any]) -> str:
         "state per layer: " + (f"{state:,} numbers per sequence after {d['seq_len']} tokens"
                                if state is not None else "unknown (a plug-in may not say)"),
         f"kernel path on {d['device']}: {d['kernel_path']}",
+        "mixer contract: passed (shape, finite values and gradients, causal in train and eval "
+        "mode, no state between calls, declared protocols)",
         f"memory a run needs (estimate): {memory / 2**20:,.1f} MiB ("
         + ", ".join(f"{k} {v / 2**20:,.1f}" for k, v in d["memory_estimate_bytes"].items())
         + ")",

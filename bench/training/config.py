@@ -165,7 +165,7 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | DictConfig) -> DictC
     if isinstance(overrides, DictConfig):
         return overrides
     if isinstance(overrides, dict):
-        return OmegaConf.create(overrides)
+        return OmegaConf.create(_plain(overrides))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"{item}: expected key=value")
@@ -173,6 +173,17 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | DictConfig) -> DictC
         return OmegaConf.from_dotlist(list(overrides))
     except OmegaConfBaseException as e:
         raise ConfigError(_one_line(e)) from None
+
+
+def _plain(value: Any) -> Any:
+    """A nested dict with numpy scalars (a pandas row's values) as plain Python values."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return value.item()
+    return value
 
 
 def build_section(schema: type, raw: Any, section: str) -> Any:

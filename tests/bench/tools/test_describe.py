@@ -24,9 +24,18 @@ def test_recurrent_mixers_report_their_state_and_path(cli):
     # d_inner = 32: an SSM state of 32 x 16 plus a conv window of 32 x 3, per layer
     assert "state per layer: 608 numbers per sequence" in captured.out
     assert "kernel path on cpu: reference" in captured.out
+    assert "mixer contract: passed" in captured.out
 
 
 def test_bad_input_is_one_line(cli, tmp_path, monkeypatch):
+    (tmp_path / "peeks.py").write_text(  # reads the next token, only in eval mode
+        "import torch\n"
+        "from torch import nn\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self, d_model, seq_len, layer_idx):\n"
+        "        super().__init__()\n"
+        "    def forward(self, x):\n"
+        "        return x if self.training else x + torch.roll(x, -1, dims=1)\n")
     (tmp_path / "broken_fwd.py").write_text(
         "from torch import nn\n"
         "class M(nn.Module):\n"
@@ -38,6 +47,8 @@ def test_bad_input_is_one_line(cli, tmp_path, monkeypatch):
     for args, message in [(["arch.name=broken_fwd:M"],
                            "arch.name: mixer 'broken_fwd:M' failed in forward: RuntimeError: "
                            "no kernel"),
+                          (["arch.name=peeks:M"], "arch.name: mixer 'peeks:M' (eval mode) is "
+                                                  "not causal: output 0 depends on input 1"),
                           (["arch.d_model=0"], "arch.d_model: must be >= 1")]:
         code, captured = cli("describe", *args)
         lines = captured.err.strip().splitlines()
