@@ -111,7 +111,8 @@ def default_workers(executor: str) -> int:
 def load_results(directory: str | Path) -> pd.DataFrame:
     """Every finished run of a sweep directory's results database as a pandas DataFrame, one row
     per run: job_id, status, seed, tuning (a learning-rate tuning run the table does not report),
-    steps_to_emergence (NaN if censored), budget_steps, the accuracy summary, n_params,
+    steps_to_emergence (NaN if censored; at an evaluation), refined_step (the exact step where
+    emergence.refine replayed it, else NaN), budget_steps, the accuracy summary, n_params,
     steps_per_s, the leaderboard's `task` and `arch` labels, and every config field flattened as
     `task.state_size`, `arch.n_heads`, `train.lr`, ..."""
     import pandas as pd
@@ -131,7 +132,8 @@ def load_results(directory: str | Path) -> pd.DataFrame:
         rows.append({
             "job_id": r["job_id"], "row": group_key(config), "task": task, "arch": arch,
             "seed": config["seed"], "tuning": config["seed"] in tuning, "status": r["status"],
-            "steps_to_emergence": r["steps_to_emergence"], "steps": r["steps"],
+            "steps_to_emergence": r["steps_to_emergence"],
+            "refined_step": r.get("refined_step"), "steps": r["steps"],
             "budget_steps": r["budget_steps"], "tokens_to_emergence": r["tokens_to_emergence"],
             "transition_width": r["transition_width"], **r.get("accuracy", {}),
             "n_params": r["n_params"], "steps_per_s": r["steps_per_s"],

@@ -210,6 +210,13 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     if spec.get("claim"):
         lines += [f"**Claim.** {spec['claim']}", ""]
     lines += [*_table(with_null_rows(rows), grid or tuned), "", CONVENTIONS]
+    emerged = [run for r in rows for run in r["runs"] if run["status"] == "emerged"]
+    refined = sum(1 for run in emerged if run.get("refined_step"))
+    if refined:
+        lines += ["", f"Steps-to-emergence were refined by replay (emergence.refine) for "
+                  f"{refined} of {len(emerged)} emerged runs: the first step, between the "
+                  "bracketing evaluations, whose held-out metric passes the threshold, not a "
+                  "multiple of eval_every."]
     if tuned:
         lines += ["", f"Learning rates were chosen per row on the tuning seeds "
                   f"{sorted(tune_seeds(spec))}, disjoint from the seeds above (lowest median "

@@ -31,6 +31,10 @@ class EmergenceCriterion:
     """evaluations in a row that must hold the threshold to confirm emergence"""
     stop_early: bool = True
     """stop training once emergence is confirmed"""
+    refine: bool = False
+    """after a run emerges, replay training from the last checkpoint before the crossing and
+    evaluate after every step: the exact first step the metric passes (`refined_step`), not a
+    multiple of eval_every; tables then use it. Keeps analysis checkpoints; not in the job id"""
 
     def __post_init__(self) -> None:
         if not 1 <= self.consecutive <= 10_000:
@@ -115,6 +119,14 @@ class EmergenceTracker:
         else:
             self._streak, self._streak_start = 0, None
         return self.status
+
+    @property
+    def crossing(self) -> int | None:
+        """The evaluation step where the current (or confirmed) run of passing evaluations
+        began: the emergence step once emerged, a candidate before; None otherwise."""
+        if self.status == "emerged":
+            return self.step
+        return self._streak_start[0] if self.status == "running" and self._streak_start else None
 
     def state(self) -> dict[str, Any]:
         """What a resumed run needs to continue this tracker (plain values)."""

@@ -8,8 +8,9 @@ import hashlib
 import json
 from typing import Any
 
-# train fields that change speed or what survives a crash, not the experiment
-SPEED_ONLY = ("compile", "checkpoint_every")
+# train fields that change speed or what is kept on disk, not the experiment
+SPEED_ONLY = ("compile", "checkpoint_every", "keep_checkpoints")
+MEASUREMENT_ONLY = ("refine",)  # emergence fields that add a measurement, not change the run
 # `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
 # trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
 HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")
@@ -22,6 +23,9 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
     train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
     out = {k: v for k, v in config.items() if k != "plugins"} | {"train": train}
+    if "emergence" in config:
+        out["emergence"] = {k: v for k, v in config["emergence"].items()
+                            if k not in MEASUREMENT_ONLY}
     if "trainer" in config:
         out["trainer"] = {k: v for k, v in config["trainer"].items()
                           if k not in HARDWARE_ONLY + LOGGING_ONLY}
@@ -54,10 +58,15 @@ def by_row(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
+def emergence_step(run: dict[str, Any]) -> int | None:
+    """A run's steps-to-emergence: the exact step where it was refined by replay
+    (emergence.refine), else the evaluation step."""
+    return run.get("refined_step") or run["steps_to_emergence"]
+
+
 def survival_sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
     """(steps-to-emergence, or the budget for a seed that never emerged; emerged or not)."""
-    times = [r["steps_to_emergence"] if r["status"] == "emerged" else r["budget_steps"]
-             for r in runs]
+    times = [emergence_step(r) if r["status"] == "emerged" else r["budget_steps"] for r in runs]
     return times, [r["status"] == "emerged" for r in runs]
 
 

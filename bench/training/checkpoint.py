@@ -13,7 +13,6 @@ one would have; on CPU it reproduces it exactly.
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -52,29 +51,21 @@ def resume_point(run_dir: Path, job_id: str) -> tuple[Path, int] | None:
     return path, int(meta["step"])
 
 
-def remove_checkpoints(run_dir: Path) -> None:
-    shutil.rmtree(run_dir / DIRNAME, ignore_errors=True)
+def remove_resume_checkpoint(run_dir: Path) -> None:
+    """The run finished: its resume checkpoint goes (analysis checkpoints stay)."""
+    resume_path(run_dir).unlink(missing_ok=True)
+    if (run_dir / DIRNAME).is_dir() and not any((run_dir / DIRNAME).iterdir()):
+        (run_dir / DIRNAME).rmdir()
 
 
-class ResumeCheckpoint(ModelCheckpoint):
-    """Saves `resume.ckpt` at the end of an evaluation once `every` steps have passed since the
-    last save (never during the step-0 sanity evaluation); flushes the CSV log first, so the log
-    on disk holds every row up to the checkpoint."""
+class _AtomicCheckpoint(ModelCheckpoint):
+    """A ModelCheckpoint whose files are replaced atomically (a kill while saving leaves the
+    previous file) and carry the job id and step."""
 
-    def __init__(self, run_dir: Path, job_id: str, every: int):
-        super().__init__(dirpath=run_dir / DIRNAME, filename=Path(FILENAME).stem, save_top_k=1,
-                         every_n_epochs=1, save_on_train_epoch_end=False,
-                         enable_version_counter=False)
-        self.job_id, self.every, self._saved_at = job_id, every, 0
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        step = trainer.global_step
-        if trainer.sanity_checking or step - self._saved_at < self.every:
-            return
-        self._saved_at = step
-        for logger in trainer.loggers:
-            logger.save()
-        super().on_validation_end(trainer, pl_module)
+    def __init__(self, run_dir: Path, job_id: str, **kwargs: Any):
+        super().__init__(dirpath=run_dir / DIRNAME, every_n_epochs=1,
+                         save_on_train_epoch_end=False, enable_version_counter=False, **kwargs)
+        self.job_id = job_id
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -88,9 +79,100 @@ class ResumeCheckpoint(ModelCheckpoint):
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
 
+
+class ResumeCheckpoint(_AtomicCheckpoint):
+    """Saves `resume.ckpt` at the end of an evaluation once `every` steps have passed since the
+    last save (never during the step-0 sanity evaluation); flushes the CSV log first, so the log
+    on disk holds every row up to the checkpoint."""
+
+    def __init__(self, run_dir: Path, job_id: str, every: int):
+        super().__init__(run_dir, job_id, filename=Path(FILENAME).stem, save_top_k=1)
+        self.every, self._saved_at = every, 0
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        step = trainer.global_step
+        if trainer.sanity_checking or step - self._saved_at < self.every:
+            return
+        self._saved_at = step
+        for logger in trainer.loggers:
+            logger.save()
+        super().on_validation_end(trainer, pl_module)
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "saved_at": self._saved_at}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_at = state_dict.pop("saved_at", 0)
+        super().load_state_dict(state_dict)
+
+
+def analysis_path(run_dir: Path, step: int) -> Path:
+    return run_dir / DIRNAME / f"step={step:07d}.ckpt"
+
+
+def analysis_steps(run_dir: Path) -> list[int]:
+    """The steps of a run's analysis checkpoints, in order."""
+    found = (run_dir / DIRNAME).glob("step=*.ckpt") if (run_dir / DIRNAME).is_dir() else []
+    return sorted(int(p.stem.split("=")[1]) for p in found)
+
+
+def is_log_spaced(step: int, eval_every: int) -> bool:
+    """Step 0 and the evaluations 1, 2, 4, 8, ... evaluations in."""
+    k, r = divmod(step, eval_every)
+    return step == 0 or (r == 0 and k & (k - 1) == 0)
+
+
+class AnalysisCheckpoint(_AtomicCheckpoint):
+    """Full checkpoints (weights, optimizer, schedule, loops) for analysis and replay, kept in
+    `checkpoints/step=NNNNNNN.ckpt`: at initialisation and at log-spaced evaluations (1, 2, 4,
+    8, ... evaluations in), at the two evaluations that bracket emergence (the last before the
+    first passing evaluation of the confirmed run, and that one), and at the end. To keep the
+    bracket it saves at every evaluation and deletes what no rule keeps once it knows."""
+
+    def __init__(self, run_dir: Path, job_id: str, tracker: Any, eval_every: int):
+        super().__init__(run_dir, job_id, save_top_k=-1)
+        self.run_dir, self.tracker, self.eval_every = run_dir, tracker, eval_every
+        self.saved: list[int] = []  # steps on disk, in order
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step == 0 and 0 not in self.saved:  # the initialisation
+            self._save_checkpoint(trainer, str(analysis_path(self.run_dir, 0)))
+            self.saved.append(0)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        step = trainer.global_step
+        if trainer.sanity_checking or step in self.saved:
+            return
+        self._save_checkpoint(trainer, str(analysis_path(self.run_dir, step)))
+        self.saved.append(step)
+        self._prune(final=False)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        step = trainer.global_step
+        if step not in self.saved:  # stopped between evaluations (the budget's end)
+            self._save_checkpoint(trainer, str(analysis_path(self.run_dir, step)))
+            self.saved.append(step)
+        self._prune(final=True)
+
+    def kept(self, final: bool) -> set[int]:
+        keep = {s for s in self.saved if is_log_spaced(s, self.eval_every)}
+        keep.add(self.saved[-1])  # the latest: the end, or a future bracket's lower side
+        crossing = self.tracker.crossing
+        if crossing is not None and crossing in self.saved:
+            i = self.saved.index(crossing)
+            keep |= set(self.saved[max(i - 1, 0):]) if not final and \
+                self.tracker.status == "running" else set(self.saved[max(i - 1, 0):i + 1])
+        return keep
+
+    def _prune(self, final: bool) -> None:
+        keep = self.kept(final)
+        for s in [s for s in self.saved if s not in keep]:
+            analysis_path(self.run_dir, s).unlink(missing_ok=True)
+            self.saved.remove(s)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "saved": list(self.saved)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.saved = list(state_dict.pop("saved", []))
         super().load_state_dict(state_dict)

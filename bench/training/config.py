@@ -61,6 +61,10 @@ class TrainConfig:
     """save a resume checkpoint at the first evaluation this many steps after the last one, so a
     killed or retried run continues from it; removed when the run finishes (0 = never; not part
     of the job id)"""
+    keep_checkpoints: bool = False
+    """keep full checkpoints for analysis in checkpoints/ (initialisation, evaluations 1, 2, 4,
+    8, ... in, the two evaluations bracketing emergence, the end): `bench patch`, influence maps
+    over training, emergence.refine; not part of the job id"""
 
     def __post_init__(self) -> None:
         for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),

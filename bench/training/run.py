@@ -28,7 +28,14 @@ from datamodules.base import StateSequenceTask
 from ..core.emergence import EmergenceTracker, check_threshold, reference_key
 from ..core.errors import ConfigError
 from .callback import EmergenceCallback
-from .checkpoint import ResumeCheckpoint, remove_checkpoints, resume_point
+from .checkpoint import (
+    AnalysisCheckpoint,
+    ResumeCheckpoint,
+    analysis_path,
+    analysis_steps,
+    remove_resume_checkpoint,
+    resume_point,
+)
 from .config import RunConfig
 from .lightning_module import EmergenceModule
 from .loggers import build_loggers
@@ -56,6 +63,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Trying to infer the `batch_size`.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
     warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # a resumed run
+    warnings.filterwarnings("ignore", message=".*callbacks used to create the checkpoint.*")
 
 
 def build_run_task(cfg: RunConfig) -> StateSequenceTask:
@@ -83,22 +91,35 @@ def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCall
     return EmergenceCallback(cfg.emergence, refs["no_context"][key], refs["ceiling"][key])
 
 
-def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool,
-                  resume_step: int | None = None):
-    if cfg.train.checkpoint_every:
-        every = cfg.train.checkpoint_every
-        callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), every)]
-    options: dict[str, Any] = {
+def trainer_options(cfg: RunConfig, progress: bool) -> dict[str, Any]:
+    """The Trainer arguments a run's training and its replay share (not the budget, cadence,
+    logger or callbacks)."""
+    return {
         "accelerator": "auto",  # the GPU where one is visible (the processes executor
         # shows each worker its own), else the CPU
         "devices": 1,
-        "enable_checkpointing": bool(cfg.train.checkpoint_every),
+        "enable_checkpointing": keeps_checkpoints(cfg),
         "enable_model_summary": False,
         "enable_progress_bar": progress,
         "num_sanity_val_steps": -1,  # the whole evaluation before the first step: step 0
         "log_every_n_steps": cfg.train.eval_every,
         **{k: v for k, v in cfg.trainer.items() if k != "logger"},
     }
+
+
+def keeps_checkpoints(cfg: RunConfig) -> bool:
+    return bool(cfg.train.checkpoint_every or cfg.train.keep_checkpoints or cfg.emergence.refine)
+
+
+def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool,
+                  resume_step: int | None = None, tracker: EmergenceTracker | None = None):
+    if cfg.train.checkpoint_every:
+        every = cfg.train.checkpoint_every
+        callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), every)]
+    if (cfg.train.keep_checkpoints or cfg.emergence.refine) and tracker is not None:
+        callbacks = [*callbacks, AnalysisCheckpoint(run_dir, cfg.job_id(), tracker,
+                                                    cfg.train.eval_every)]
+    options = trainer_options(cfg, progress)
     try:
         return L.Trainer(
             max_steps=cfg.train.max_steps,
@@ -137,7 +158,7 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     emergence = emergence_callback(cfg, task)
     recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
     trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress,
-                            resume[1] if resume else None)
+                            resume[1] if resume else None, emergence.tracker)
     if cfg.train.batch_size % trainer.world_size:
         raise ConfigError(f"train.batch_size: {cfg.train.batch_size} does not split over "
                           f"{trainer.world_size} devices; use a multiple of it")
@@ -145,8 +166,29 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
                 weights_only=True)
     if not trainer.is_global_zero:
         return None
-    remove_checkpoints(run_dir)
-    return json.loads((run_dir / "result.json").read_text())
+    remove_resume_checkpoint(run_dir)
+    result = json.loads((run_dir / "result.json").read_text())
+    if cfg.train.keep_checkpoints or cfg.emergence.refine:
+        result["checkpoints"] = {s: analysis_path(run_dir, s).stat().st_size
+                                 for s in analysis_steps(run_dir)}
+    if cfg.emergence.refine and result["status"] == "emerged":
+        if trainer.world_size > 1:
+            result["refine"] = "skipped: a multi-device run (replay runs on one device)"
+        else:
+            from .refine import refine
+
+            done = refine(cfg, task, run_dir, result["steps_to_emergence"],
+                          trainer_options(cfg, progress=False))
+            result["refined_step"] = done.pop("refined_step")
+            result["refine"] = done
+    if cfg.emergence.refine and not cfg.train.keep_checkpoints:  # kept only to replay from
+        for s in analysis_steps(run_dir):
+            analysis_path(run_dir, s).unlink()
+        remove_resume_checkpoint(run_dir)
+        result["checkpoints"] = {}
+    if "checkpoints" in result:
+        write_json_atomic(run_dir / "result.json", result)
+    return result
 
 
 class RunRecorder(Callback):
