@@ -18,6 +18,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -298,6 +299,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     jobs = kept(expand(spec))  # validated before anything is written (rates still unknown)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
+    _print_checkpoint_cost([*tuning, *jobs], out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"name": spec.name, "executor": executor, "workers": workers,
             "spec": OmegaConf.to_container(OmegaConf.structured(spec)),
@@ -319,6 +321,17 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
             jobs = kept(expand(spec, rates))
         return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
                          spec.name)
+
+
+def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:
+    """Analysis checkpoints are off by default; a sweep that keeps them says what they cost."""
+    keeping = [j for j in jobs if j.train.keep_checkpoints]
+    if keeping:
+        from ..training.checkpoint import analysis_disk_bytes
+
+        total = sum(analysis_disk_bytes(j) for j in keeping)
+        print(f"analysis checkpoints (train.keep_checkpoints): up to {total / 2**30:,.2f} GiB "
+              f"for {len(keeping)} runs in {out}/runs/*/checkpoints", file=sys.stderr)
 
 
 def _counts(out: Path) -> dict[str, int]:

@@ -176,3 +176,14 @@ class AnalysisCheckpoint(_AtomicCheckpoint):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.saved = list(state_dict.pop("saved", []))
         super().load_state_dict(state_dict)
+
+
+def analysis_disk_bytes(cfg: Any) -> int:
+    """An upper estimate of one run's analysis checkpoints on disk: initialisation, the
+    log-spaced evaluations, the bracket and the end, each the weights and AdamW's two moments
+    in float32."""
+    from .memory import parameter_count
+
+    evaluations = max(cfg.train.max_steps // cfg.train.eval_every, 1)
+    count = 1 + evaluations.bit_length() + 3
+    return count * parameter_count(cfg)[0] * 4 * 3

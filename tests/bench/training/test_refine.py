@@ -123,3 +123,20 @@ def test_tables_use_the_refined_step_where_a_run_has_one():
     assert emergence_step(run) == 75
     assert survival_sample([{**run, "refined_step": 57}, run]) == ([57, 75], [True, True])
     assert dataclasses.fields(EmergenceCriterion)[-1].name == "refine"
+
+
+def test_a_sweep_that_keeps_checkpoints_prints_their_cost(tmp_path, capsys):
+    import yaml
+
+    from bench.sweeps.sweep import load_spec, run_sweep
+    from tests.bench.conftest import TINY
+
+    spec = {**TINY, "archs": [TINY["archs"][1]], "seeds": 1,
+            "train": {**TINY["train"], "max_steps": 40, "keep_checkpoints": True}}
+    path = tmp_path / "keep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    run_sweep(load_spec(path), tmp_path / "keep", progress=False)
+    err = capsys.readouterr().err
+    assert "analysis checkpoints (train.keep_checkpoints): up to " in err and " for 1 runs" in err
+    (run,) = (tmp_path / "keep" / "runs").iterdir()
+    assert analysis_steps(run) == [0, 20, 40]  # initialisation, 1 and 2 evaluations in
