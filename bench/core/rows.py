@@ -8,8 +8,8 @@ import hashlib
 import json
 from typing import Any
 
-# train fields that change speed or what is kept on disk, not the experiment
-SPEED_ONLY = ("compile", "checkpoint_every", "keep_checkpoints")
+# train fields that change speed, what is kept on disk or what is measured, not what is trained
+OPERATIONAL = ("compile", "checkpoint_every", "keep_checkpoints", "influence_size")
 MEASUREMENT_ONLY = ("refine",)  # emergence fields that add a measurement, not change the run
 # `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
 # trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
@@ -21,7 +21,7 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     """A resolved config (as a dict) less the knobs that change speed or hardware, not the
     experiment: the part job ids and leaderboard rows are keyed by (results from before a knob
     existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
-    train = {k: v for k, v in config.get("train", {}).items() if k not in SPEED_ONLY}
+    train = {k: v for k, v in config.get("train", {}).items() if k not in OPERATIONAL}
     out = {k: v for k, v in config.items() if k != "plugins"} | {"train": train}
     if "emergence" in config:
         out["emergence"] = {k: v for k, v in config["emergence"].items()

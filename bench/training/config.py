@@ -61,6 +61,10 @@ class TrainConfig:
     """save a resume checkpoint at the first evaluation this many steps after the last one, so a
     killed or retried run continues from it; removed when the run finishes (0 = never; not part
     of the job id)"""
+    influence_size: int = 16
+    """held-out sequences whose influence map (every mixer's mixing pattern, measured by
+    gradients) is computed at every evaluation, with its alignment with the ground truth
+    (val/influence_mass, val/influence_auroc); 0 = off; not part of the job id"""
     keep_checkpoints: bool = False
     """keep full checkpoints for analysis in checkpoints/ (initialisation, evaluations 1, 2, 4,
     8, ... in, the two evaluations bracketing emergence, the end): `bench patch`, influence maps
@@ -69,8 +73,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
                            ("probe_size", 2**20), ("warmup_steps", 10**8),
-                           ("checkpoint_every", 10**8)):
-            low = 0 if name in ("warmup_steps", "checkpoint_every") else 1
+                           ("checkpoint_every", 10**8), ("influence_size", 2**16)):
+            low = 0 if name in ("warmup_steps", "checkpoint_every", "influence_size") else 1
             if not low <= getattr(self, name) <= high:
                 raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
         if not 1 <= self.eval_every <= self.max_steps:

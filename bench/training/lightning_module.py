@@ -18,9 +18,10 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
 
 from architectures import ArchConfig, Backbone, RecordsAttention
-from datamodules.base import Batch, StateSequenceTask
+from datamodules.base import Batch, StateSequenceTask, split_tokens
 
 from .config import TrainConfig
+from .influence import alignment, influence_map
 
 
 class EmergenceModule(L.LightningModule):
@@ -40,6 +41,8 @@ class EmergenceModule(L.LightningModule):
         self.probe_exact_acc = MulticlassExactMatch(task.vocab_size)
         self.attention = [m for m in self.model.modules() if isinstance(m, RecordsAttention)]
         self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
+        self.task = task
+        self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (P, L), rounded
         # not a registered submodule: the compiled wrapper shares the model's parameters
         object.__setattr__(self, "forward_fn",
                            torch.compile(self.model) if train.compile else self.model)
@@ -96,6 +99,30 @@ class EmergenceModule(L.LightningModule):
             mass = {"val/parent_mass": mass.max(),
                     **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
             self.log_dict(mass, batch_size=B, sync_dist=self.trainer.world_size > 1)
+
+    def on_validation_epoch_end(self) -> None:
+        """The influence map of every mixer (bench.training.influence) on the first
+        `train.influence_size` held-out sequences, and its alignment with the ground truth."""
+        n = self.train_config.influence_size
+        if not n:
+            return
+        with torch.inference_mode(False), torch.enable_grad():
+            es = self.task.eval_set(self.device)
+            held = (~es.probe).nonzero().squeeze(1)[:n]
+            tokens = es.tokens[held].clone()  # a normal tensor: evaluation runs in inference mode
+            batch = split_tokens(tokens)
+            influence = influence_map(self.model, self.model.embed, batch.inputs, batch.targets,
+                                      self.scored)
+        mass, auroc = alignment(influence, self.pattern, self.scored, self.state_size)
+        self.influence_maps[self.global_step] = influence.round(decimals=3).tolist()
+        self.log_dict({"val/influence_mass": mass, "val/influence_auroc": auroc},
+                      batch_size=len(held))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["influence_maps"] = self.influence_maps  # a resumed run keeps the earlier ones
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.influence_maps = dict(checkpoint.get("influence_maps", {}))
 
     def head_mass(self, probs: torch.Tensor) -> torch.Tensor:
         """Attention probs (..., H, L, L) -> (H,): each head's mean mass on the parents."""

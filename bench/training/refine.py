@@ -56,7 +56,8 @@ def refine(cfg: RunConfig, task: Any, run_dir: Path, crossing: int,
     Returns {refined_step, lower, upper, exact, curve}."""
     lower, upper = bracket(run_dir, crossing)
     replay = dataclasses.replace(cfg, train=dataclasses.replace(
-        cfg.train, eval_every=1, max_steps=upper, checkpoint_every=0, keep_checkpoints=False))
+        cfg.train, eval_every=1, max_steps=upper, checkpoint_every=0, keep_checkpoints=False,
+        influence_size=0))
     module = EmergenceModule(replay.arch, replay.train, task)
     curve = StepCurve(cfg.emergence, lower)
     trainer = L.Trainer(

@@ -256,6 +256,7 @@ def summarise_run(
         "curve": tracker.history,
         "curves": curves,
         "learned_patterns": patterns,
+        "influence": influence_summary(module.influence_maps, tracker),
         "attention_target": task.attention_target().tolist() if patterns else None,
         "wall_time_s": wall,
         "steps_per_s": steps / wall if wall > 0 else None,
@@ -272,6 +273,20 @@ def summarise_run(
         "config": cfg.to_dict(),
         "versions": versions(),
     }
+
+
+def influence_summary(maps: dict[int, list[list[float]]],
+                      tracker: EmergenceTracker) -> dict[str, Any] | None:
+    """The influence maps (scored positions x input positions) kept in result.json: at the
+    first evaluation, the evaluations bracketing emergence, and the last."""
+    if not maps:
+        return None
+    steps = sorted(maps)
+    keep = {steps[0], steps[-1]}
+    if tracker.status == "emerged" and tracker.step in maps:
+        i = steps.index(tracker.step)
+        keep |= {steps[max(i - 1, 0)], tracker.step}
+    return {"steps": sorted(keep), "maps": [maps[s] for s in sorted(keep)]}
 
 
 def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:

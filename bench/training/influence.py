@@ -1,0 +1,79 @@
+"""A mixing pattern for every mixer: the influence map.
+
+For a scored position p and an input position q, I[p, q] is the norm of the gradient of the
+logit of the correct next token at p with respect to the input embedding at q (token plus
+position), averaged over held-out sequences, and each row normalised to sum to 1. It needs
+nothing from the mixer but its forward pass, so attention, the MLP-Mixer, the recurrent mixers
+and any plug-in get the same measurement; for a causal mixer I[p, q] = 0 for q > p.
+
+Alignment with the ground truth reads the positions a mixer can read other than p itself (every
+backbone's residual path makes p read itself): the **mass on the parents**, the share of a row's
+influence on q < p that falls on p's parents, and the **AUROC** of the parents against the other
+positions of the states that hold them (the choice the task poses: which tokens of the previous
+state to read), ranked by influence within a row: 0.5 no preference, 1 every parent above every
+other token of its state. Both are means over the scored rows that have parents and other
+tokens there.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchmetrics.functional.classification import binary_auroc
+
+TOKEN_BUDGET = 1 << 16  # input tokens per forward-backward pass
+
+
+def influence_map(model: nn.Module, embed: nn.Module, tokens: torch.Tensor,
+                  targets: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """(P, L) influence of each input position on the correct logit at each scored position,
+    mean over the B sequences of `tokens` (B, L), rows normalised. `embed` is the module whose
+    output is the input embedding (its gradient is taken there); `targets` (B, L) the next
+    tokens. The model's parameters' .grad are not touched."""
+    B, L = tokens.shape
+    per_pass = max(1, TOKEN_BUDGET // (B * L))  # positions whose copies share one pass
+    rows = []
+    for start in range(0, len(scored), per_pass):
+        pos = scored[start:start + per_pass]
+        n = len(pos)
+        leaf: dict[str, torch.Tensor] = {}
+
+        def capture(_module, _inputs, output):
+            leaf["e"] = output.detach().requires_grad_(True)
+            return leaf["e"]
+
+        handle = embed.register_forward_hook(capture)
+        try:
+            logits = model(tokens.repeat(n, 1))  # copy j (rows j*B..) answers for position pos[j]
+        finally:
+            handle.remove()
+        at = pos.repeat_interleave(B)
+        row = torch.arange(n * B, device=tokens.device)
+        picked = logits[row, at, targets.repeat(n, 1)[row, at]].float().sum()
+        (grad,) = torch.autograd.grad(picked, leaf["e"])
+        rows.append(grad.float().norm(dim=-1).view(n, B, L).mean(1))
+    influence = torch.cat(rows)
+    return influence / influence.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def alignment(influence: torch.Tensor, pattern: torch.Tensor, scored: torch.Tensor,
+              state_size: int) -> tuple[float, float]:
+    """(mass on the parents, AUROC of parents vs the other tokens of their states) of a (P, L)
+    influence map against the (P, L) ground truth; input position q holds a token of state
+    q // state_size."""
+    L = influence.shape[1]
+    q = torch.arange(L, device=influence.device)
+    before = q[None, :] < scored[:, None]  # (P, L)
+    parents = (pattern > 0) & before
+    masses, aurocs = [], []
+    for p in range(influence.shape[0]):
+        states = torch.unique(q[parents[p]] // state_size)
+        candidates = before[p] & torch.isin(q // state_size, states)
+        if not parents[p].any() or not (candidates & ~parents[p]).any():
+            continue
+        row = influence[p]
+        masses.append(float(row[parents[p]].sum() / row[before[p]].sum().clamp_min(1e-30)))
+        aurocs.append(float(binary_auroc(row[candidates], parents[p][candidates].long())))
+    if not masses:
+        return float("nan"), float("nan")
+    return sum(masses) / len(masses), sum(aurocs) / len(aurocs)

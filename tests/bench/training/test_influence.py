@@ -1,0 +1,89 @@
+"""Influence maps: a constructed mixer with a known pattern is recovered; every mixer, plug-ins
+included, gets one at every evaluation, without touching the parameters' gradients."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from bench.training.config import load_run_config
+from bench.training.influence import alignment, influence_map
+from bench.training.run import train
+
+
+class Shift(nn.Module):
+    """Output p = W x[p - k] (zero for p < k) plus the residual x[p]: reads exactly p - k."""
+
+    def __init__(self, vocab: int, d: int, k: int):
+        super().__init__()
+        self.k = k
+        self.embed = nn.Embedding(vocab, d)
+        self.mix = nn.Linear(d, d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        shifted = torch.nn.functional.pad(x, (0, 0, self.k, 0))[:, : x.shape[1]]
+        return self.head(torch.tanh(x + self.mix(shifted)))
+
+
+def shift_pattern(L: int, k: int) -> torch.Tensor:
+    return torch.diag(torch.ones(L - k), -k)  # row p has its parent at column p - k
+
+
+def test_a_known_pattern_is_recovered():
+    torch.manual_seed(0)
+    L, k = 12, 3
+    model = Shift(vocab=5, d=8, k=k)
+    tokens = torch.randint(0, 5, (16, L + 1))
+    scored = torch.arange(k, L)
+    influence = influence_map(model, model.embed, tokens[:, :-1], tokens[:, 1:], scored)
+    assert influence.shape == (L - k, L)
+    assert torch.allclose(influence.sum(-1), torch.ones(L - k))
+    off = influence.clone()
+    off[torch.arange(L - k), scored] = 0  # the residual: each position reads itself
+    for row, p in enumerate(scored.tolist()):
+        assert off[row].argmax() == p - k and off[row].sum() == off[row, p - k] > 0
+    assert all(p.grad is None for p in model.parameters())  # gradients taken, none kept
+    truth = shift_pattern(L, k)[scored]
+    # one parent per row, at the start of a "state" of k tokens: the other candidates are the
+    # rest of that state
+    assert alignment(influence, truth, scored, state_size=k) == (1.0, 1.0)
+    wrong = shift_pattern(L, k - 1)[scored]  # the neighbouring position, never read
+    mass, auroc = alignment(influence, wrong, scored, state_size=k)
+    assert mass == 0.0 and auroc < 0.5
+
+
+def test_alignment_without_candidates_is_nan():
+    influence = torch.full((2, 4), 0.25)
+    scored = torch.tensor([2, 3])
+    assert all(math.isnan(v) for v in alignment(influence, torch.zeros(2, 4), scored, 2))
+
+
+@pytest.mark.parametrize("arch", ["mlp_mixer", "examples.custom_mixer:CausalConvMixer"])
+def test_every_mixer_logs_its_influence_at_every_evaluation(arch, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[3]))
+    import architectures
+
+    monkeypatch.setattr(architectures, "ARCHITECTURES", dict(architectures.ARCHITECTURES))
+    cfg = load_run_config(["task.state_size=8", "task.sparsity=2", "task.n_states=2",
+                           f"arch.name={arch}", "arch.d_model=16", "train.eval_every=10",
+                           "train.max_steps=20", "train.eval_size=64", "train.probe_size=16"])
+    result = train(cfg, tmp_path / "r", progress=False)
+    curves = result["curves"]
+    assert curves["step"] == [0, 10, 20]
+    for key in ("val/influence_mass", "val/influence_auroc"):
+        assert len(curves[key]) == 3 and all(0 <= v <= 1 for v in curves[key])
+    assert result["influence"]["steps"] == [0, 20]
+    first = torch.tensor(result["influence"]["maps"][0])
+    assert first.shape == (8, 15)  # the scored positions (state 1) x the input positions
+    assert torch.allclose(first.sum(-1), torch.ones(8), atol=0.01)
+    future = torch.arange(15)[None, :] > torch.arange(7, 15)[:, None]
+    assert (first[future] == 0).all()  # causal: no influence from later positions
+
+
+def test_influence_is_not_part_of_the_experiment():
+    base = ["task.state_size=8", "task.sparsity=2"]
+    assert load_run_config([*base, "train.influence_size=0"]).job_id() == \
+        load_run_config([*base, "train.influence_size=64"]).job_id()
