@@ -10,7 +10,7 @@ from .gated_deltanet import GatedDeltaNetConfig
 from .mamba import MambaConfig
 from .mlp_mixer import MLPMixerConfig
 from .plugins import ContractError, as_config_class, check_mixer, import_plugins, load_dotted
-from .protocols import RecordsAttention, ReportsKernelPath, UsesContext
+from .protocols import PatchesAttention, RecordsAttention, ReportsKernelPath, UsesContext
 from .rwkv import RWKV7Config
 from .transformer import TransformerConfig
 
@@ -43,5 +43,5 @@ def resolve(name: str) -> type[ArchConfig]:
 
 __all__ = ["ARCHITECTURES", "ArchConfig", "Backbone", "Block", "ContractError", "check_mixer",
            "import_plugins",
-           "RecordsAttention", "ReportsKernelPath", "UsesContext",
+           "PatchesAttention", "RecordsAttention", "ReportsKernelPath", "UsesContext",
            "register", "resolve"]

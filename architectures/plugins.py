@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .backbone import ArchConfig
-from .protocols import RecordsAttention
+from .protocols import PatchesAttention, RecordsAttention
 
 FIELD_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 RESERVED = {"self", "d_model", "seq_len", "layer_idx"}
@@ -144,6 +144,8 @@ def check_mixer(config: ArchConfig, seq_len: int) -> None:
     mixer.train(True)
     if isinstance(mixer, RecordsAttention):
         _check_attention(mixer, x.detach(), label)
+    if isinstance(mixer, PatchesAttention):
+        _check_patch(mixer, x.detach(), label)
     _PASSED.add(key)
 
 
@@ -223,3 +225,28 @@ def _check_attention(mixer: RecordsAttention, x: torch.Tensor, label: str) -> No
     if future > 1e-6 or not torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
         raise ContractError(f"{label} declares RecordsAttention but its kept attention is not "
                             "causal probabilities (rows must sum to 1, nothing above the diagonal)")
+
+
+def _check_patch(mixer: PatchesAttention, x: torch.Tensor, label: str) -> None:
+    """A `PatchesAttention` mixer computes with the probabilities a patch gives: its own
+    (recorded) ones give its own output, uniform causal ones another."""
+    L = x.shape[1]
+    mixer.eval()
+    try:
+        with torch.no_grad():
+            mixer.record_attention = True
+            plain = mixer(x)
+            own = mixer.last_attention
+            mixer.record_attention = False
+            mixer.attention_patch = lambda probs: own
+            same = mixer(x)
+            uniform = torch.ones(L, L, device=x.device).tril()
+            uniform = (uniform / uniform.sum(-1, keepdim=True)).to(own.dtype)
+            mixer.attention_patch = lambda probs: uniform.expand_as(probs)
+            other = mixer(x)
+    finally:
+        mixer.attention_patch, mixer.record_attention = None, False
+        mixer.train(True)
+    if not torch.allclose(plain, same, atol=1e-5) or torch.allclose(plain, other, atol=1e-6):
+        raise ContractError(f"{label} declares PatchesAttention but does not compute with the "
+                            "probabilities use_attention returns")

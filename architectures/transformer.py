@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import ArchConfig
-from .protocols import RecordsAttention
+from .protocols import PatchesAttention
 
 
 @dataclass
@@ -44,7 +44,7 @@ class TransformerConfig(ArchConfig):
         )
 
 
-class CausalSelfAttention(RecordsAttention, nn.Module):
+class CausalSelfAttention(PatchesAttention, nn.Module):
     def __init__(self, d_model: int, n_heads: int, head_dim: int, seq_len: int, bias: torch.Tensor):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, head_dim
@@ -60,11 +60,9 @@ class CausalSelfAttention(RecordsAttention, nn.Module):
         H, Dh = self.n_heads, self.head_dim
         q, k, v = self.qkv(x).view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4)  # each (B, H, L, Dh)
         bias = self.logits_bias[:L, :L].to(q.dtype)
-        if self.record_attention:
+        if self.needs_probs:  # recorded or patched: the probabilities formed explicitly
             scores = (q @ k.transpose(-1, -2)) * Dh**-0.5 + bias  # (B, H, L, L)
-            probs = scores.softmax(dim=-1)
-            self.keep_attention(probs)
-            y = probs @ v
+            y = self.use_attention(scores.softmax(dim=-1)) @ v
         elif self.plain_causal:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:

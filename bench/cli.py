@@ -174,6 +174,21 @@ def status(
 
 
 @app.command()
+def patch(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory with analysis checkpoints")],
+    pre: Annotated[int | None, typer.Option(
+        help="step of the pre-emergence checkpoint [the last on the plateau]")] = None,
+    post: Annotated[int | None, typer.Option(
+        help="step of the post-emergence checkpoint [the first at or after emergence]")] = None,
+) -> None:
+    """Attention patching: the pre model with heads' attention taken from the post model (one
+    at a time, greedy sets, the ground truth); writes RUN_DIR/patch/."""
+    from .tools.patch import patch_run, to_markdown
+
+    print(to_markdown(patch_run(run_dir, pre, post)))
+
+
+@app.command()
 def site(
     out: Annotated[Path, typer.Option(help="where the HTML pages go")] = Path("site"),
     root: Annotated[Path, typer.Option(

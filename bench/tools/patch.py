@@ -1,0 +1,254 @@
+"""`bench patch RUN_DIR`: attention patching between two checkpoints of one run.
+
+The first paper's causal test of "emergence is the learning of the sparse attention pattern":
+run the pre-emergence model with some heads' attention probabilities replaced by the
+post-emergence model's on the same held-out sequences, and measure the change in the mean
+probability of the correct token (dp) and in token accuracy. Reported: every (layer, head)
+alone; the greedy head set for K = 1..all (each step adds the head that raises p most), with the
+fraction of the pre-to-post gap in p restored; and the ground-truth pattern (row-normalised)
+patched into every head of a layer, and of all layers. Writes RUN_DIR/patch/ (patch.json,
+patch.md, patch.png). Needs the run's analysis checkpoints (`train.keep_checkpoints=true`) and
+a mixer that declares `PatchesAttention`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from architectures import PatchesAttention
+
+from ..core import markdown
+from ..core.errors import ConfigError
+from ..training.checkpoint import analysis_path, analysis_steps
+from ..training.config import load_run_config
+from ..training.lightning_module import EmergenceModule
+from ..training.run import build_run_task
+
+
+def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
+    """(pre, post): the last kept checkpoint on the plateau (at or before the plateau's end,
+    else before the emergence step) and the first at or after emergence."""
+    if result["status"] != "emerged":
+        raise ConfigError(f"--pre/--post: the run did not emerge ({result['status']}); give both "
+                          f"steps (kept checkpoints: {kept})")
+    emerged = result["steps_to_emergence"]
+    end = result.get("plateau_end")
+    before = [s for s in kept if s <= end] if end is not None else []
+    before = before or [s for s in kept if s < emerged]
+    after = [s for s in kept if s >= emerged]
+    if not before or not after:
+        raise ConfigError(f"--pre/--post: no kept checkpoints on both sides of step {emerged} "
+                          f"(kept: {kept})")
+    return before[-1], after[0]
+
+
+class Patcher:
+    """The pre and post models on the held-out set; scores the pre model under patches."""
+
+    def __init__(self, run_dir: Path, pre: int, post: int):
+        result = json.loads((run_dir / "result.json").read_text())
+        self.cfg = load_run_config(result["config"])
+        self.task = build_run_task(self.cfg)
+        self.models = {}
+        for name, step in (("pre", pre), ("post", post)):
+            module = EmergenceModule(self.cfg.arch, self.cfg.train, self.task)
+            state = torch.load(analysis_path(run_dir, step), map_location="cpu",
+                               weights_only=True)["state_dict"]
+            module.load_state_dict(state)
+            self.models[name] = module.eval()
+        self.layers = [m for m in self.models["pre"].model.modules()
+                       if isinstance(m, PatchesAttention)]
+        post_layers = [m for m in self.models["post"].model.modules()
+                       if isinstance(m, PatchesAttention)]
+        es = self.task.eval_set(torch.device("cpu"))
+        batch = self.task.eval_batch(torch.device("cpu"))
+        held = ~es.probe
+        scored = self.models["pre"].scored
+        self.inputs = batch.inputs[held]
+        self.targets = batch.targets[held].index_select(1, scored)
+        self.counted = batch.counted[held].index_select(1, scored)
+        self.chunks = torch.arange(len(self.inputs)).split(self.task.eval_rows)
+        self.post_probs = []  # per chunk, per layer (B, H, L, L)
+        with torch.no_grad():
+            for rows in self.chunks:
+                for m in post_layers:
+                    m.record_attention = True
+                self.models["post"].model(self.inputs[rows])
+                self.post_probs.append([m.last_attention for m in post_layers])
+                for m in post_layers:
+                    m.record_attention, m.last_attention = False, None
+        pattern = self.task.attention_target().float()
+        self.truth = pattern / pattern.sum(-1, keepdim=True).clamp_min(1)  # rows with parents
+        self.has_parents = pattern.sum(-1) > 0
+        self.heads = [(i, h) for i, p in enumerate(self.post_probs[0]) for h in range(p.shape[1])]
+
+    @torch.no_grad()
+    def score(self, model: str = "pre", heads: frozenset = frozenset(),
+              truth_layers: frozenset = frozenset()) -> tuple[float, float]:
+        """(mean p of the correct token, token accuracy) over the counted held-out positions,
+        with `heads` (layer, head) taking the post model's probabilities and every head of
+        `truth_layers` the ground truth's (rows without parents keep their own)."""
+        total_p, total_right, count = 0.0, 0, 0
+        module = self.models[model]
+        for c, rows in enumerate(self.chunks):
+            for i, m in enumerate(self.layers if model == "pre" else []):
+                mask = torch.tensor([(i, h) in heads for h in range(m_heads(self, i))])
+                m.attention_patch = _patch(self.post_probs[c][i], mask, self.truth,
+                                           self.has_parents, i in truth_layers)
+            try:
+                logits = module.model(self.inputs[rows]).index_select(1, module.scored)
+            finally:
+                for m in self.layers:
+                    m.attention_patch = None
+            probs = logits.float().softmax(-1)
+            target, keep = self.targets[rows], self.counted[rows]
+            p = probs.gather(-1, target[..., None]).squeeze(-1)
+            total_p += float(p[keep].sum())
+            total_right += int((logits.argmax(-1) == target)[keep].sum())
+            count += int(keep.sum())
+        return total_p / count, total_right / count
+
+
+def m_heads(patcher: Patcher, layer: int) -> int:
+    return patcher.post_probs[0][layer].shape[1]
+
+
+def _patch(post: torch.Tensor, mask: torch.Tensor, truth: torch.Tensor, has_parents: torch.Tensor,
+           use_truth: bool):
+    def apply(probs: torch.Tensor) -> torch.Tensor:
+        out = torch.where(mask[None, :, None, None], post, probs)
+        if use_truth:
+            L = probs.shape[-1]
+            rows = has_parents[:L][None, None, :, None]
+            out = torch.where(rows, truth[:L, :L].to(out.dtype).expand_as(out), out)
+        return out
+    return apply
+
+
+def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = None) -> dict:
+    """Patch and write RUN_DIR/patch/; return the report (as in patch.json)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "result.json").is_file():
+        raise ConfigError(f"RUN_DIR: {run_dir} holds no finished run (result.json)")
+    result = json.loads((run_dir / "result.json").read_text())
+    kept = analysis_steps(run_dir)
+    if not kept:
+        raise ConfigError(f"RUN_DIR: {run_dir} has no analysis checkpoints; train it with "
+                          "train.keep_checkpoints=true")
+    d_pre, d_post = (None, None) if pre is not None and post is not None else \
+        default_steps(result, kept)
+    pre, post = (d_pre if pre is None else pre), (d_post if post is None else post)
+    for flag, step in (("--pre", pre), ("--post", post)):
+        if step not in kept:
+            raise ConfigError(f"{flag}: no checkpoint at step {step}; kept: "
+                              f"{', '.join(map(str, kept))}")
+    if pre >= post:
+        raise ConfigError(f"--pre: step {pre} must come before --post {post}")
+    patcher = Patcher(run_dir, pre, post)
+    if not patcher.layers:
+        raise ConfigError(f"arch.name: mixer '{patcher.cfg.arch.name}' exposes no attention "
+                          "probabilities to patch (it must declare PatchesAttention)")
+    report = analyse(patcher, pre, post)
+    write_report(run_dir / "patch", report)
+    return report
+
+
+def analyse(patcher: Patcher, pre: int, post: int) -> dict[str, Any]:
+    p_pre, acc_pre = patcher.score("pre")
+    p_post, acc_post = patcher.score("post")
+    gap = p_post - p_pre
+
+    def restored(p: float) -> float | None:
+        return (p - p_pre) / gap if abs(gap) > 1e-9 else None
+
+    singles = []
+    for layer, head in patcher.heads:
+        p, acc = patcher.score(heads=frozenset({(layer, head)}))
+        singles.append({"layer": layer, "head": head, "dp": p - p_pre, "dacc": acc - acc_pre,
+                        "restored": restored(p)})
+    greedy, chosen = [], frozenset()
+    remaining = list(patcher.heads)
+    while remaining:
+        scores = {h: patcher.score(heads=chosen | {h}) for h in remaining}
+        best = max(remaining, key=lambda h: (scores[h][0], -h[0], -h[1]))
+        chosen |= {best}
+        remaining.remove(best)
+        p, acc = scores[best]
+        greedy.append({"k": len(chosen), "added": list(best), "p": p, "acc": acc,
+                       "restored": restored(p)})
+    n_layers = len(patcher.layers)
+    truth = []
+    for layers, label in [*((frozenset({i}), f"layer {i}") for i in range(n_layers)),
+                          (frozenset(range(n_layers)), "all layers")]:
+        p, acc = patcher.score(truth_layers=layers)
+        truth.append({"where": label, "p": p, "acc": acc, "dp": p - p_pre, "dacc": acc - acc_pre,
+                      "restored": restored(p)})
+    return {"pre": {"step": pre, "p": p_pre, "acc": acc_pre},
+            "post": {"step": post, "p": p_post, "acc": acc_post},
+            "heads": singles, "greedy": greedy, "ground_truth": truth,
+            "sequences": len(patcher.inputs), "job_id": patcher.cfg.job_id()}
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def to_markdown(r: dict[str, Any]) -> str:
+    pre, post = r["pre"], r["post"]
+    lines = [f"# Attention patching: step {pre['step']} (pre) <- step {post['step']} (post)", "",
+             f"{r['sequences']} held-out sequences. Mean probability of the correct token p and "
+             f"token accuracy: pre {_f(pre['p'])} / {_f(pre['acc'])}, post {_f(post['p'])} / "
+             f"{_f(post['acc'])}. Restored: the fraction of the pre-to-post gap in p a patch "
+             "closes.", "", "## One head at a time", "",
+             *markdown.table(["layer", "head", "dp", "d accuracy", "restored"],
+                             [[h["layer"], h["head"], _f(h["dp"]), _f(h["dacc"]),
+                               _f(h["restored"], 2)] for h in r["heads"]]),
+             "", "## Greedy head sets", "",
+             *markdown.table(["K", "added (layer, head)", "p", "accuracy", "restored"],
+                             [[g["k"], tuple(g["added"]), _f(g["p"]), _f(g["acc"]),
+                               _f(g["restored"], 2)] for g in r["greedy"]]),
+             "", "## The ground-truth pattern patched into every head", "",
+             *markdown.table(["where", "p", "accuracy", "dp", "restored"],
+                             [[t["where"], _f(t["p"]), _f(t["acc"]), _f(t["dp"]),
+                               _f(t["restored"], 2)] for t in r["ground_truth"]]),
+             "", "![patching](patch.png)", ""]
+    return "\n".join(lines)
+
+
+def write_report(out: Path, report: dict[str, Any]) -> None:
+    """patch.json, patch.md and patch.png in `out`, each replaced atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    labels = [f"L{h['layer']}H{h['head']}" for h in report["heads"]]
+    a.bar(labels, [h["dp"] for h in report["heads"]])
+    a.set_title("one head patched: change in p(correct)")
+    a.tick_params(axis="x", rotation=90)
+    b.plot([g["k"] for g in report["greedy"]], [g["p"] for g in report["greedy"]], marker="o",
+           label="greedy head set")
+    b.axhline(report["pre"]["p"], color="grey", ls=":", label=f"pre (step {report['pre']['step']})")
+    b.axhline(report["post"]["p"], color="k", ls="--",
+              label=f"post (step {report['post']['step']})")
+    b.axhline(report["ground_truth"][-1]["p"], color="tab:green", ls="-.",
+              label="ground truth, all heads")
+    b.set_xlabel("heads patched (K)")
+    b.set_ylabel("p(correct)")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = out / "patch.png.tmp"
+    fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    os.replace(tmp, out / "patch.png")
+    for name, text in (("patch.json", json.dumps(report, indent=2) + "\n"),
+                       ("patch.md", to_markdown(report))):
+        (out / f"{name}.tmp").write_text(text)
+        os.replace(out / f"{name}.tmp", out / name)
