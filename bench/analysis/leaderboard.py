@@ -24,6 +24,7 @@ from ..core.stats import SurvivalSummary, kaplan_meier
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .labels import record_defaults, row_labels
+from .mechanism import influence_figure, mechanism_markdown
 
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
@@ -237,11 +238,15 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
         lines += ["", "Flagged instances (degenerate but kept):",
                   *[f"- {f}" for f in flags[:10]]]
     lines += ["", *tests]
+    mechanism = mechanism_markdown(rows)
+    if mechanism:
+        lines += ["", *mechanism]
     captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
                 "factors": "solve rate and median steps against the swept factors",
                 "dynamics": "one seed per row: held-out and training accuracy, attention on the "
                             "parents",
-                "attention": "learned attention beside the ground-truth pattern"}
+                "attention": "learned attention beside the ground-truth pattern",
+                "influence": "influence maps before and at emergence beside the ground truth"}
     lines += [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
     return "\n".join(lines)
 
@@ -273,7 +278,8 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
     if spec.get("plots"):
         plots.factors(out / "factors.png", rows, spec["plots"])
         figures.append("factors")
-    for name, draw in (("dynamics", plots.dynamics), ("attention", plots.attention_maps)):
+    for name, draw in (("dynamics", plots.dynamics), ("attention", plots.attention_maps),
+                       ("influence", influence_figure)):
         if draw(out / f"{name}.png", rows):
             figures.append(name)
     tuning_rows = [r for r, _ in summarise([r for r in results

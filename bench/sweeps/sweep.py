@@ -236,8 +236,8 @@ def check_tasks(jobs: list[RunConfig]) -> None:
     machine that sweeps, where the device is unknown here nothing is compared), build each job's
     task instance (one per task config and seed) and check its emergence threshold against it,
     before anything is written."""
+    from ..training.config import build_run_task
     from ..training.memory import check_memory
-    from ..training.run import build_run_task
 
     sized = set()
     for job in jobs:
@@ -330,8 +330,9 @@ def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:
         from ..training.checkpoint import analysis_disk_bytes
 
         total = sum(analysis_disk_bytes(j) for j in keeping)
-        print(f"analysis checkpoints (train.keep_checkpoints): up to {total / 2**30:,.2f} GiB "
-              f"for {len(keeping)} runs in {out}/runs/*/checkpoints", file=sys.stderr)
+        size = f"{total / 2**30:,.2f} GiB" if total >= 2**30 else f"{total / 2**20:,.1f} MiB"
+        print(f"analysis checkpoints (train.keep_checkpoints): up to {size} for {len(keeping)} "
+              f"runs in {out}/runs/*/checkpoints", file=sys.stderr)
 
 
 def _counts(out: Path) -> dict[str, int]:

@@ -15,9 +15,9 @@ from architectures.plugins import one_line
 from ..analysis.labels import row_labels
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..training.config import RunConfig
+from ..training.config import RunConfig, build_run_task
 from ..training.memory import check_memory, run_device
-from ..training.run import build_run_task, kernel_path
+from ..training.run import kernel_path
 
 
 def count(module: torch.nn.Module | None) -> int:

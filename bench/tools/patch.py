@@ -25,9 +25,8 @@ from architectures import PatchesAttention
 from ..core import markdown
 from ..core.errors import ConfigError
 from ..training.checkpoint import analysis_path, analysis_steps
-from ..training.config import load_run_config
+from ..training.config import build_run_task, load_run_config
 from ..training.lightning_module import EmergenceModule
-from ..training.run import build_run_task
 
 
 def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:

@@ -24,9 +24,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from architectures import ArchConfig, ContractError, import_plugins
 from architectures import resolve as resolve_arch
-from datamodules import TASKS, TaskConfig
+from datamodules import TASKS, TaskConfig, build_task
+from datamodules.base import StateSequenceTask
 
-from ..core.emergence import EmergenceCriterion
+from ..core.emergence import EmergenceCriterion, check_threshold
 from ..core.errors import ConfigError
 from ..core.rows import HARDWARE_ONLY, job_id
 from ..core.seeds import SEED_LIMIT
@@ -65,6 +66,11 @@ class TrainConfig:
     """held-out sequences whose influence map (every mixer's mixing pattern, measured by
     gradients) is computed at every evaluation, with its alignment with the ground truth
     (val/influence_mass, val/influence_auroc); 0 = off; not part of the job id"""
+    patch: bool = False
+    """after a run that emerged, patch its attention between the plateau and emergence
+    checkpoints (`bench patch`, into patch/) and keep the summary in result.json; needs
+    keep_checkpoints; a mixer without patchable attention is noted, not an error; not in the
+    job id"""
     keep_checkpoints: bool = False
     """keep full checkpoints for analysis in checkpoints/ (initialisation, evaluations 1, 2, 4,
     8, ... in, the two evaluations bracketing emergence, the end): `bench patch`, influence maps
@@ -81,6 +87,8 @@ class TrainConfig:
             raise ValueError(f"eval_every: must be in 1..max_steps ({self.max_steps}): no "
                              "evaluation within the budget measures nothing, got "
                              f"{self.eval_every}")
+        if self.patch and not self.keep_checkpoints:
+            raise ValueError("patch: needs keep_checkpoints=true (it patches between them)")
         for name, low, high in (("lr", 0, 1e6), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
             value = getattr(self, name)
             if not low <= value <= high or (name == "lr" and value == 0):  # NaN fails too
@@ -284,6 +292,24 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     base = build_section(RunConfig, rest, "")
     check_trainer(base.trainer)
     return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence)
+
+
+def build_run_task(cfg: RunConfig) -> StateSequenceTask:
+    """The job's task instance, checked: an instance the task refuses, or an emergence threshold
+    outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
+    try:
+        task = build_task(cfg.task, batch_size=cfg.train.batch_size,
+                          eval_size=cfg.train.eval_size, probe_size=cfg.train.probe_size,
+                          seed=cfg.seed)
+        task.references()  # draws the evaluation set (a held-out part may be empty)
+    except ValueError as e:
+        raise ConfigError(f"task.{e}") from None
+    if not cfg.task.random_targets:  # leak control: nothing to learn, by design
+        try:
+            check_threshold(cfg.emergence, task.references())
+        except ValueError as e:
+            raise ConfigError(f"emergence.{e}") from None
+    return task
 
 
 def check_trainer(options: dict[str, Any]) -> None:

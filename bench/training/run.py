@@ -22,10 +22,9 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from architectures import ContractError, ReportsKernelPath, check_mixer
-from datamodules import build_task
 from datamodules.base import StateSequenceTask
 
-from ..core.emergence import EmergenceTracker, check_threshold, reference_key
+from ..core.emergence import EmergenceTracker, reference_key
 from ..core.errors import ConfigError
 from .callback import EmergenceCallback
 from .checkpoint import (
@@ -36,7 +35,7 @@ from .checkpoint import (
     remove_resume_checkpoint,
     resume_point,
 )
-from .config import RunConfig
+from .config import RunConfig, build_run_task
 from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
@@ -64,24 +63,6 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
     warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # a resumed run
     warnings.filterwarnings("ignore", message=".*callbacks used to create the checkpoint.*")
-
-
-def build_run_task(cfg: RunConfig) -> StateSequenceTask:
-    """The job's task instance, checked: an instance the task refuses, or an emergence threshold
-    outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
-    try:
-        task = build_task(cfg.task, batch_size=cfg.train.batch_size,
-                          eval_size=cfg.train.eval_size, probe_size=cfg.train.probe_size,
-                          seed=cfg.seed)
-        task.references()  # draws the evaluation set (a held-out part may be empty)
-    except ValueError as e:
-        raise ConfigError(f"task.{e}") from None
-    if not cfg.task.random_targets:  # leak control: nothing to learn, by design
-        try:
-            check_threshold(cfg.emergence, task.references())
-        except ValueError as e:
-            raise ConfigError(f"emergence.{e}") from None
-    return task
 
 
 def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCallback:
@@ -181,6 +162,8 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
                           trainer_options(cfg, progress=False))
             result["refined_step"] = done.pop("refined_step")
             result["refine"] = done
+    if cfg.train.patch and result["status"] == "emerged":
+        result["patch"] = patch_summary(run_dir)
     if cfg.emergence.refine and not cfg.train.keep_checkpoints:  # kept only to replay from
         for s in analysis_steps(run_dir):
             analysis_path(run_dir, s).unlink()
@@ -257,7 +240,8 @@ def summarise_run(
         "curves": curves,
         "learned_patterns": patterns,
         "influence": influence_summary(module.influence_maps, tracker),
-        "attention_target": task.attention_target().tolist() if patterns else None,
+        "attention_target": task.attention_target().tolist()
+        if patterns or module.influence_maps else None,
         "wall_time_s": wall,
         "steps_per_s": steps / wall if wall > 0 else None,
         "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,
@@ -273,6 +257,19 @@ def summarise_run(
         "config": cfg.to_dict(),
         "versions": versions(),
     }
+
+
+def patch_summary(run_dir: Path) -> dict[str, Any] | str:
+    """`bench patch` on the finished run with its default steps, as kept in result.json (or why
+    it could not run: a mixer without patchable attention)."""
+    from ..core.errors import ConfigError as Refused
+    from ..tools.patch import patch_run
+
+    try:
+        report = patch_run(run_dir)
+    except Refused as e:
+        return f"not patched: {e}"
+    return {k: report[k] for k in ("pre", "post", "greedy", "ground_truth")}
 
 
 def influence_summary(maps: dict[int, list[list[float]]],

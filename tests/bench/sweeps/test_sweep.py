@@ -146,7 +146,7 @@ def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(
 def test_null_rows_come_from_the_runs_recorded_references():
     """Chance and the no-context predictor always; the Bayes ceiling where perfect is out of
     reach; each the median over the row's task instances."""
-    from bench.training.run import build_run_task
+    from bench.training.config import build_run_task
 
     def row(task: dict, seeds: list[int]) -> dict:
         runs = []

@@ -10,9 +10,9 @@ import torch
 from bench.core.emergence import EmergenceCriterion, EmergenceTracker
 from bench.core.rows import emergence_step, survival_sample
 from bench.training.checkpoint import AnalysisCheckpoint, analysis_path, analysis_steps
-from bench.training.config import load_run_config
+from bench.training.config import build_run_task, load_run_config
 from bench.training.refine import refine
-from bench.training.run import build_run_task, train, trainer_options
+from bench.training.run import train, trainer_options
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",
        "arch.d_model=16", "train.eval_every=25", "train.eval_size=128", "train.probe_size=64",

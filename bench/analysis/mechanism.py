@@ -1,0 +1,187 @@
+"""Does emergence coincide with learning the sparse pattern? The leaderboard's mechanism section.
+
+For every run that recorded a pattern curve (the influence map's mass on the parents,
+`val/influence_mass`, for every mixer; the attention mass, `val/parent_mass`, for attention), the
+**alignment rise** is the first evaluation at which the curve has covered half of its rise from
+step 0 to its maximum; a curve that never rises by 0.02 has none. Per row: the lag of the rise
+behind the emergence step over the emerged seeds (negative: the pattern led), its median with a
+distribution-free interval (order statistics of the binomial, at least 95% coverage), the share
+of seeds whose rise falls within one evaluation of emergence, and Spearman's rank correlation of
+rise and emergence steps across seeds with its exact permutation p-value (do seeds that find the
+pattern later emerge later?). Rows whose runs were patched (`train.patch`) add the fraction of
+the pre-to-post gap restored by the best head, by the greedy set of a quarter of the heads, by
+all heads, and by the ground-truth pattern in every head.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..core import markdown
+from ..core.rows import emergence_step
+
+MIN_RISE = 0.02
+CURVES = (("val/influence_mass", "influence"), ("val/parent_mass", "attention"))
+
+
+def rise_step(curves: dict[str, list[float]], key: str) -> int | None:
+    """The first evaluation at which `key` has covered half its rise from step 0 to its max."""
+    values, steps = curves.get(key), curves.get("step")
+    if not values or not steps or not math.isfinite(values[0]):
+        return None
+    finite = [v for v in values if math.isfinite(v)]
+    top = max(finite)
+    if top - values[0] < MIN_RISE:
+        return None
+    half = values[0] + (top - values[0]) / 2
+    return next(s for s, v in zip(steps, values) if math.isfinite(v) and v >= half - 1e-9)
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """(median, low, high): the order-statistic interval for the median with >= 95% coverage
+    (the whole range where the sample is too small for that)."""
+    from scipy.stats import binom
+
+    x = sorted(values)
+    n = len(x)
+    k = 0
+    while k + 1 <= n // 2 and binom.cdf(k, n, 0.5) <= 0.025:
+        k += 1
+    med = (x[(n - 1) // 2] + x[n // 2]) / 2
+    return med, x[max(k - 1, 0)], x[n - max(k, 1)]
+
+
+def spearman(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Spearman's rho and its two-sided exact permutation p-value (Monte Carlo past 9 seeds)."""
+    from scipy.stats import permutation_test, spearmanr
+
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return math.nan, math.nan
+    res = permutation_test((a,), lambda x: spearmanr(x, b).statistic, permutation_type="pairings",
+                           n_resamples=9999 if len(a) > 9 else math.inf, random_state=0)
+    return float(spearmanr(a, b).statistic), float(res.pvalue)
+
+
+def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pattern curve the row recorded: the lag summary over its emerged seeds."""
+    emerged = [r for r in row["runs"] if r["status"] == "emerged" and r.get("curves")]
+    eval_every = row["job_config"]["train"]["eval_every"]
+    out = []
+    for key, label in CURVES:
+        pairs = [(rise_step(r["curves"], key), emergence_step(r)) for r in emerged
+                 if key in r["curves"]]
+        if not pairs:
+            continue
+        risen = [(rise, em) for rise, em in pairs if rise is not None]
+        lags = [rise - em for rise, em in risen]
+        med, low, high = median_interval(lags) if lags else (math.nan,) * 3
+        rho, p = spearman([r for r, _ in risen], [e for _, e in risen])
+        out.append({"curve": label, "emerged": len(pairs), "risen": len(risen),
+                    "median_lag": med, "lag_low": low, "lag_high": high,
+                    "coincide": sum(abs(x) <= eval_every for x in lags) / len(lags)
+                    if lags else math.nan, "rho": rho, "p": p})
+    return out
+
+
+def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
+    """Medians over the row's patched runs of the fraction of the gap restored."""
+    import statistics
+
+    patched = [r["patch"] for r in row["runs"] if isinstance(r.get("patch"), dict)]
+    if not patched:
+        return None
+
+    def med(values):
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        return statistics.median(values) if values else math.nan
+
+    def greedy_at(p, k):
+        return p["greedy"][min(k, len(p["greedy"])) - 1]["restored"]
+
+    return {"runs": len(patched),
+            "top1": med([greedy_at(p, 1) for p in patched]),
+            "quarter": med([greedy_at(p, max(1, len(p["greedy"]) // 4)) for p in patched]),
+            "all": med([greedy_at(p, len(p["greedy"])) for p in patched]),
+            "truth": med([p["ground_truth"][-1]["restored"] for p in patched]),
+            "heads": len(patched[0]["greedy"])}
+
+
+def _steps(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{x:+,.0f}"
+
+
+def _num(x: float, digits: int = 2) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The section, or nothing when no run recorded a pattern curve."""
+    lag_rows, patch_rows = [], []
+    for row in rows:
+        for m in row_mechanism(row):
+            lag_rows.append([row["task"], f"`{row['architecture']}`", m["curve"],
+                             f"{m['risen']}/{m['emerged']}", _steps(m["median_lag"]),
+                             f"[{_steps(m['lag_low'])}, {_steps(m['lag_high'])}]",
+                             _num(m["coincide"]), _num(m["rho"]), _num(m["p"], 3)])
+        p = patch_summary(row)
+        if p:
+            patch_rows.append([row["task"], f"`{row['architecture']}`", p["runs"], p["heads"],
+                               _num(p["top1"]), _num(p["quarter"]), _num(p["all"]),
+                               _num(p["truth"])])
+    if not lag_rows:
+        return []
+    lines = ["## Mechanism: the pattern against emergence", "",
+             "Alignment rise: the first evaluation at which the pattern curve (influence: the "
+             "influence map's mass on the parents, any mixer; attention: the attention mass on "
+             "the parents) has covered half its rise from step 0 to its maximum (none below a "
+             f"rise of {MIN_RISE}). Lag = rise - emergence step over the emerged seeds "
+             "(negative: the pattern led); interval: order statistics, >= 95% coverage; "
+             "coincide: share of seeds within one evaluation; rho: Spearman's rank correlation "
+             "of rise and emergence steps across seeds, exact permutation p.", "",
+             *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
+                              "lag interval", "coincide", "rho", "p"], lag_rows)]
+    if patch_rows:
+        lines += ["", "Attention patching (bench patch, pre = last checkpoint on the plateau, "
+                  "post = first at or after emergence): median fraction of the pre-to-post gap "
+                  "in p(correct) restored by the best single head, the greedy set of a quarter "
+                  "of the heads, all heads, and the ground-truth pattern in every head.", "",
+                  *markdown.table(["task", "architecture", "patched runs", "heads", "best head",
+                                   "quarter of heads", "all heads", "ground truth"], patch_rows)]
+    return lines
+
+
+def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
+    """Per row, the median emerger's influence maps before and at emergence beside the ground
+    truth (scored rows only); False when no run kept maps."""
+    from .plots import _pyplot, _save, representative
+
+    shown = [(row, representative(row["runs"])) for row in rows]
+    shown = [(row, run) for row, run in shown
+             if (run.get("influence") or {}).get("maps") and run.get("attention_target")]
+    if not shown:
+        return False
+    plt = _pyplot()
+    fig, grid = plt.subplots(len(shown), 3, figsize=(10, 2.8 * len(shown)), squeeze=False)
+    for (row, run), axes in zip(shown, grid):
+        inf = run["influence"]
+        steps, maps = inf["steps"], inf["maps"]
+        em = run["steps_to_emergence"]
+        at = steps.index(em) if em in steps else len(steps) - 1
+        before = max(at - 1, 0)
+        truth = run["attention_target"]
+        P = len(maps[0])
+        scored = [i for i, r in enumerate(truth) if any(r)][:P] or list(range(len(truth) - P,
+                                                                             len(truth)))
+        panels = [(maps[before], f"step {steps[before]}"), (maps[at], f"step {steps[at]}"),
+                  ([truth[i] for i in scored], "ground truth")]
+        for ax, (m, title) in zip(axes, panels):
+            ax.imshow(m, cmap="viridis", aspect="auto")
+            ax.set_title(title, fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[0].set_ylabel(f"{row['architecture']}\nseed {run['config']['seed']}", fontsize=7)
+    fig.suptitle("influence maps (scored positions x input positions), before and at emergence",
+                 fontsize=9)
+    _save(fig, path)
+    return True

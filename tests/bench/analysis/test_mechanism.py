@@ -1,0 +1,64 @@
+"""The mechanism section: alignment rise on constructed curves, its statistics, and a tiny board
+whose runs record influence maps and patching summaries."""
+
+import math
+
+import pytest
+import yaml
+
+from bench.analysis.mechanism import median_interval, rise_step, row_mechanism, spearman
+from bench.api import sweep
+from bench.sweeps.results import read_results
+from tests.bench.conftest import TINY
+
+
+def test_the_rise_is_the_first_evaluation_half_way_up():
+    curves = {"step": [0, 50, 100, 150, 200], "m": [0.1, 0.12, 0.3, 0.5, 0.48]}
+    assert rise_step(curves, "m") == 100  # half way from 0.1 to 0.5 is 0.3
+    assert rise_step({"step": [0, 50], "m": [0.1, 0.11]}, "m") is None  # no rise of 0.02
+    assert rise_step({"step": [0, 50], "m": [math.nan, 0.5]}, "m") is None
+    assert rise_step(curves, "absent") is None
+
+
+def test_the_median_interval_has_at_least_95_percent_coverage():
+    assert median_interval([3, 1, 2]) == (2, 1, 3)  # too few: the range
+    med, low, high = median_interval(list(range(1, 21)))
+    assert med == 10.5 and (low, high) == (6, 15)  # P(Binom(20, .5) <= 5) = 0.021
+
+
+def test_spearman_exact_p():
+    rho, p = spearman([1, 2, 3, 4, 5], [10, 20, 30, 40, 50])
+    assert rho == pytest.approx(1.0) and p == pytest.approx(2 / 120)  # 2 of 5! orderings
+    assert all(math.isnan(x) for x in spearman([1, 2], [3, 4]))
+
+
+def test_lags_per_row():
+    runs = [{"status": "emerged", "steps_to_emergence": em, "budget_steps": 400,
+             "curves": {"step": [0, 50, 100, 150, 200], "val/influence_mass": curve}}
+            for em, curve in [(100, [0.1, 0.1, 0.5, 0.5, 0.5]), (150, [0.1, 0.1, 0.1, 0.5, 0.5]),
+                              (200, [0.1, 0.1, 0.1, 0.1, 0.5])]]
+    (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
+    assert (m["curve"], m["emerged"], m["risen"], m["median_lag"]) == ("influence", 3, 3, 0)
+    assert m["coincide"] == 1.0 and m["rho"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_a_board_with_influence_and_patching_shows_its_mechanism(tmp_path):
+    spec = {**TINY, "name": "mech", "train": {**TINY["train"], "keep_checkpoints": True,
+                                              "patch": True}}
+    path = tmp_path / "mech.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    sweep(path, out=tmp_path / "mech")
+    _, results = read_results(tmp_path / "mech")
+    for r in results:
+        assert "val/influence_mass" in r["curves"]
+        if r["config"]["arch"]["name"] == "transformer" and r["status"] == "emerged":
+            assert r["patch"]["pre"]["step"] < r["patch"]["post"]["step"]
+        elif r["status"] == "emerged":
+            assert r["patch"].startswith("not patched: arch.name: mixer 'mlp_mixer' exposes no")
+    text = (tmp_path / "mech" / "leaderboard.md").read_text()
+    assert "## Mechanism: the pattern against emergence" in text
+    assert "| influence |" in text and "| attention |" in text
+    assert "ground truth |" in text  # the patching table
+    assert "![influence maps before and at emergence" in text
+    assert (tmp_path / "mech" / "influence.png").stat().st_size > 1000
