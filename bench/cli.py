@@ -183,7 +183,7 @@ def patch(
 ) -> None:
     """Attention patching: the pre model with heads' attention taken from the post model (one
     at a time, greedy sets, the ground truth); writes RUN_DIR/patch/."""
-    from .tools.patch import patch_run, to_markdown
+    from .training.patching import patch_run, to_markdown
 
     print(to_markdown(patch_run(run_dir, pre, post)))
 

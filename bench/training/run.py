@@ -263,7 +263,7 @@ def patch_summary(run_dir: Path) -> dict[str, Any] | str:
     """`bench patch` on the finished run with its default steps, as kept in result.json (or why
     it could not run: a mixer without patchable attention)."""
     from ..core.errors import ConfigError as Refused
-    from ..tools.patch import patch_run
+    from .patching import patch_run
 
     try:
         report = patch_run(run_dir)

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from architectures import ContractError, check_mixer
-from bench.tools.patch import Patcher
 from bench.training.checkpoint import analysis_steps
 from bench.training.config import load_run_config
+from bench.training.patching import Patcher
 from bench.training.run import train
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",

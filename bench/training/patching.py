@@ -24,9 +24,9 @@ from architectures import PatchesAttention
 
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..training.checkpoint import analysis_path, analysis_steps
-from ..training.config import build_run_task, load_run_config
-from ..training.lightning_module import EmergenceModule
+from .checkpoint import analysis_path, analysis_steps
+from .config import build_run_task, load_run_config
+from .lightning_module import EmergenceModule
 
 
 def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
