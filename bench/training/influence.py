@@ -31,29 +31,40 @@ def influence_map(model: nn.Module, embed: nn.Module, tokens: torch.Tensor,
     output is the input embedding (its gradient is taken there); `targets` (B, L) the next
     tokens. The model's parameters' .grad are not touched."""
     B, L = tokens.shape
-    per_pass = max(1, TOKEN_BUDGET // (B * L))  # positions whose copies share one pass
-    rows = []
-    for start in range(0, len(scored), per_pass):
-        pos = scored[start:start + per_pass]
-        n = len(pos)
-        leaf: dict[str, torch.Tensor] = {}
-
-        def capture(_module, _inputs, output):
-            leaf["e"] = output.detach().requires_grad_(True)
-            return leaf["e"]
-
-        handle = embed.register_forward_hook(capture)
-        try:
-            logits = model(tokens.repeat(n, 1))  # copy j (rows j*B..) answers for position pos[j]
-        finally:
-            handle.remove()
-        at = pos.repeat_interleave(B)
-        row = torch.arange(n * B, device=tokens.device)
-        picked = logits[row, at, targets.repeat(n, 1)[row, at]].float().sum()
-        (grad,) = torch.autograd.grad(picked, leaf["e"])
-        rows.append(grad.float().norm(dim=-1).view(n, B, L).mean(1))
-    influence = torch.cat(rows)
+    influence = torch.zeros(len(scored), L, device=tokens.device)
+    for seqs in torch.arange(B, device=tokens.device).split(max(1, TOKEN_BUDGET // L)):
+        b = len(seqs)
+        per_pass = max(1, TOKEN_BUDGET // (b * L))  # positions whose copies share one pass
+        for start in range(0, len(scored), per_pass):
+            pos = scored[start:start + per_pass]
+            influence[start:start + len(pos)] += _grad_norms(model, embed, tokens[seqs],
+                                                             targets[seqs], pos).sum(1)
+    influence /= B
     return influence / influence.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def _grad_norms(model: nn.Module, embed: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
+                pos: torch.Tensor) -> torch.Tensor:
+    """(n, b, L): for each position in `pos` and sequence, the gradient norm of the correct
+    logit there with respect to every input embedding. One pass: copy j of the b sequences
+    answers for position pos[j]."""
+    n, (b, L) = len(pos), tokens.shape
+    leaf: dict[str, torch.Tensor] = {}
+
+    def capture(_module, _inputs, output):
+        leaf["e"] = output.detach().requires_grad_(True)
+        return leaf["e"]
+
+    handle = embed.register_forward_hook(capture)
+    try:
+        logits = model(tokens.repeat(n, 1))  # (n*b, L, V)
+    finally:
+        handle.remove()
+    at = pos.repeat_interleave(b)
+    row = torch.arange(n * b, device=tokens.device)
+    picked = logits[row, at, targets.repeat(n, 1)[row, at]].float().sum()
+    (grad,) = torch.autograd.grad(picked, leaf["e"])  # (n*b, L, D)
+    return grad.float().norm(dim=-1).view(n, b, L)
 
 
 def alignment(influence: torch.Tensor, pattern: torch.Tensor, scored: torch.Tensor,

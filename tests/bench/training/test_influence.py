@@ -87,3 +87,16 @@ def test_influence_is_not_part_of_the_experiment():
     base = ["task.state_size=8", "task.sparsity=2"]
     assert load_run_config([*base, "train.influence_size=0"]).job_id() == \
         load_run_config([*base, "train.influence_size=64"]).job_id()
+
+
+def test_chunking_over_sequences_and_positions_changes_nothing(monkeypatch):
+    from bench.training import influence
+
+    torch.manual_seed(0)
+    model = Shift(vocab=5, d=8, k=3)
+    tokens = torch.randint(0, 5, (40, 13))
+    scored = torch.arange(3, 12)
+    whole = influence_map(model, model.embed, tokens[:, :-1], tokens[:, 1:], scored)
+    monkeypatch.setattr(influence, "TOKEN_BUDGET", 30)  # 2 sequences a pass, 1 position
+    chunked = influence_map(model, model.embed, tokens[:, :-1], tokens[:, 1:], scored)
+    assert torch.allclose(whole, chunked, atol=1e-6)
