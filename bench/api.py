@@ -25,7 +25,9 @@ from .core.seeds import TUNE_SEED_START, seed_list
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml", "checkpoints"}  # what a run writes
+# what a run writes (the last four with train.patch and trainer.logger)
+RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml", "checkpoints", "patch", "tensorboard",
+             "wandb", "mlflow.db"}
 
 
 def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | None = None,
