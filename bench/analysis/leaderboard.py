@@ -240,7 +240,7 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     lines += ["", *tests]
     mechanism = mechanism_markdown(rows)
     if mechanism:
-        lines += ["", *mechanism]
+        lines += [*([""] if lines[-1] else []), *mechanism, ""]
     captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
                 "factors": "solve rate and median steps against the swept factors",
                 "dynamics": "one seed per row: held-out and training accuracy, attention on the "
