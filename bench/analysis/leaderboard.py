@@ -20,7 +20,7 @@ from typing import Any
 from ..core import markdown
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
-from ..core.stats import SurvivalSummary, kaplan_meier
+from ..core.stats import SurvivalSummary, finite_median, kaplan_meier
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .labels import record_defaults, row_labels
@@ -60,11 +60,6 @@ def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
     return set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
 
 
-def _median(values: list[float]) -> float:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.median(values) if values else math.nan
-
-
 def _accuracy(run: dict[str, Any], key: str) -> float:
     return (run.get("accuracy") or {}).get(key, math.nan)
 
@@ -94,9 +89,9 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "median_width": statistics.median(widths) if widths else math.nan,
             "width_note": "; ".join(f"{missing.count(n)} of {len(runs)}: {n}"
                                     for n in dict.fromkeys(missing)),
-            "heldout_acc": _median([_accuracy(r, "heldout_token_acc") for r in runs]),
-            "train_acc": _median([_accuracy(r, "train_token_acc") for r in runs]),
-            "gap": _median([_accuracy(r, "gap") for r in runs]),
+            "heldout_acc": finite_median([_accuracy(r, "heldout_token_acc") for r in runs]),
+            "train_acc": finite_median([_accuracy(r, "train_token_acc") for r in runs]),
+            "gap": finite_median([_accuracy(r, "gap") for r in runs]),
             "instances": len({r.get("instance_seed") for r in runs}),
             "flagged": sum(bool(r.get("task_flags")) for r in runs),
             "params": runs[0]["n_params"],

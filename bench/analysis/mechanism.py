@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core import markdown
 from ..core.rows import emergence_step
+from ..core.stats import finite_median
 
 MIN_RISE = 0.02
 CURVES = (("val/influence_mass", "influence"), ("val/parent_mass", "attention"))
@@ -86,15 +87,10 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
     """Medians over the row's patched runs of the fraction of the gap restored."""
-    import statistics
-
     patched = [r["patch"] for r in row["runs"] if isinstance(r.get("patch"), dict)]
     if not patched:
         return None
-
-    def med(values):
-        values = [v for v in values if v is not None and math.isfinite(v)]
-        return statistics.median(values) if values else math.nan
+    med = finite_median
 
     def greedy_at(p, k):
         return p["greedy"][min(k, len(p["greedy"])) - 1]["restored"]

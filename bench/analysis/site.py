@@ -19,6 +19,7 @@ import jinja2
 from markdown_it import MarkdownIt
 
 from ..core.errors import ConfigError
+from ..core.files import write_atomic
 
 VERDICTS = "## What the leaderboards show"
 
@@ -118,7 +119,7 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
                              "|" + "---|" * len(header),
                              *("| " + " | ".join(row) + " |" for row in rows)])
     body = render(f"{intro}\n\n{index_table}\n", root)
-    written.append(_write(out / "index.html", template.render(
+    written.append(write_atomic(out / "index.html", template.render(
         title="emergence-bench leaderboards", body=body, boards=boards, here="index")))
     for b in boards:
         parts = []
@@ -130,16 +131,9 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
             parts.append(render((b.directory / "README.md").read_text(), b.directory))
         if (b.directory / "leaderboard.md").is_file():
             parts.append(render((b.directory / "leaderboard.md").read_text(), b.directory))
-        written.append(_write(out / f"{b.name}.html", template.render(
+        written.append(write_atomic(out / f"{b.name}.html", template.render(
             title=b.name, body='\n<hr>\n'.join(parts), boards=boards, here=b.name)))
     return written
-
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def _environment() -> jinja2.Environment:

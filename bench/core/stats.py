@@ -278,3 +278,11 @@ def recommended_seeds(times: list[float], emerged: list[bool], budget: float,
         if detection_power(times, emerged, budget, ratio, n, alpha, n_sims=100, n_ref=n) >= power:
             return n
     return None
+
+
+def finite_median(values: list[float | None]) -> float:
+    """The median of the finite values (NaN when there are none)."""
+    import statistics
+
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan

@@ -13,8 +13,8 @@ a mixer that declares `PatchesAttention`.
 
 from __future__ import annotations
 
+import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from architectures import PatchesAttention
 
 from ..core import markdown
 from ..core.errors import ConfigError
+from ..core.files import write_atomic
 from .checkpoint import analysis_path, analysis_steps
 from .config import build_run_task, load_run_config
 from .lightning_module import EmergenceModule
@@ -49,9 +50,10 @@ def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
 class Patcher:
     """The pre and post models on the held-out set; scores the pre model under patches."""
 
-    def __init__(self, run_dir: Path, pre: int, post: int):
-        result = json.loads((run_dir / "result.json").read_text())
-        self.cfg = load_run_config(result["config"])
+    def __init__(self, run_dir: Path, pre: int, post: int, config: dict[str, Any] | None = None):
+        if config is None:
+            config = json.loads((run_dir / "result.json").read_text())["config"]
+        self.cfg = load_run_config(config)
         self.task = build_run_task(self.cfg)
         self.models = {}
         for name, step in (("pre", pre), ("post", post)):
@@ -84,7 +86,8 @@ class Patcher:
         pattern = self.task.attention_target().float()
         self.truth = pattern / pattern.sum(-1, keepdim=True).clamp_min(1)  # rows with parents
         self.has_parents = pattern.sum(-1) > 0
-        self.heads = [(i, h) for i, p in enumerate(self.post_probs[0]) for h in range(p.shape[1])]
+        self.n_heads = [p.shape[1] for p in self.post_probs[0]]  # per layer
+        self.heads = [(i, h) for i, n in enumerate(self.n_heads) for h in range(n)]
 
     @torch.no_grad()
     def score(self, model: str = "pre", heads: frozenset = frozenset(),
@@ -94,10 +97,11 @@ class Patcher:
         `truth_layers` the ground truth's (rows without parents keep their own)."""
         total_p, total_right, count = 0.0, 0, 0
         module = self.models[model]
+        masks = [torch.tensor([(i, h) in heads for h in range(n)])
+                 for i, n in enumerate(self.n_heads)]
         for c, rows in enumerate(self.chunks):
             for i, m in enumerate(self.layers if model == "pre" else []):
-                mask = torch.tensor([(i, h) in heads for h in range(m_heads(self, i))])
-                m.attention_patch = _patch(self.post_probs[c][i], mask, self.truth,
+                m.attention_patch = _patch(self.post_probs[c][i], masks[i], self.truth,
                                            self.has_parents, i in truth_layers)
             try:
                 logits = module.model(self.inputs[rows]).index_select(1, module.scored)
@@ -111,10 +115,6 @@ class Patcher:
             total_right += int((logits.argmax(-1) == target)[keep].sum())
             count += int(keep.sum())
         return total_p / count, total_right / count
-
-
-def m_heads(patcher: Patcher, layer: int) -> int:
-    return patcher.post_probs[0][layer].shape[1]
 
 
 def _patch(post: torch.Tensor, mask: torch.Tensor, truth: torch.Tensor, has_parents: torch.Tensor,
@@ -148,7 +148,7 @@ def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = No
                               f"{', '.join(map(str, kept))}")
     if pre >= post:
         raise ConfigError(f"--pre: step {pre} must come before --post {post}")
-    patcher = Patcher(run_dir, pre, post)
+    patcher = Patcher(run_dir, pre, post, result["config"])
     if not patcher.layers:
         raise ConfigError(f"arch.name: mixer '{patcher.cfg.arch.name}' exposes no attention "
                           "probabilities to patch (it must declare PatchesAttention)")
@@ -243,11 +243,9 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
     b.set_ylabel("p(correct)")
     b.legend(fontsize=7)
     fig.tight_layout()
-    tmp = out / "patch.png.tmp"
-    fig.savefig(tmp, format="png", dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    os.replace(tmp, out / "patch.png")
-    for name, text in (("patch.json", json.dumps(report, indent=2) + "\n"),
-                       ("patch.md", to_markdown(report))):
-        (out / f"{name}.tmp").write_text(text)
-        os.replace(out / f"{name}.tmp", out / name)
+    write_atomic(out / "patch.png", png.getvalue())
+    write_atomic(out / "patch.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(out / "patch.md", to_markdown(report))

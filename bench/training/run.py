@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import platform
 import time
 import warnings
@@ -26,6 +25,7 @@ from datamodules.base import StateSequenceTask
 
 from ..core.emergence import EmergenceTracker, reference_key
 from ..core.errors import ConfigError
+from ..core.files import write_atomic
 from .callback import EmergenceCallback
 from .checkpoint import (
     AnalysisCheckpoint,
@@ -62,7 +62,6 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Trying to infer the `batch_size`.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
     warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # a resumed run
-    warnings.filterwarnings("ignore", message=".*callbacks used to create the checkpoint.*")
 
 
 def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCallback:
@@ -88,8 +87,13 @@ def trainer_options(cfg: RunConfig, progress: bool) -> dict[str, Any]:
     }
 
 
+def keeps_analysis_checkpoints(cfg: RunConfig) -> bool:
+    """Analysis checkpoints are kept for analysis, or to replay the crossing from."""
+    return cfg.train.keep_checkpoints or cfg.emergence.refine
+
+
 def keeps_checkpoints(cfg: RunConfig) -> bool:
-    return bool(cfg.train.checkpoint_every or cfg.train.keep_checkpoints or cfg.emergence.refine)
+    return bool(cfg.train.checkpoint_every or keeps_analysis_checkpoints(cfg))
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool,
@@ -97,7 +101,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
     if cfg.train.checkpoint_every:
         every = cfg.train.checkpoint_every
         callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), every)]
-    if (cfg.train.keep_checkpoints or cfg.emergence.refine) and tracker is not None:
+    if keeps_analysis_checkpoints(cfg) and tracker is not None:
         callbacks = [*callbacks, AnalysisCheckpoint(run_dir, cfg.job_id(), tracker,
                                                     cfg.train.eval_every)]
     options = trainer_options(cfg, progress)
@@ -149,7 +153,7 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         return None
     remove_resume_checkpoint(run_dir)
     result = json.loads((run_dir / "result.json").read_text())
-    if cfg.train.keep_checkpoints or cfg.emergence.refine:
+    if keeps_analysis_checkpoints(cfg):
         result["checkpoints"] = {s: analysis_path(run_dir, s).stat().st_size
                                  for s in analysis_steps(run_dir)}
     if cfg.emergence.refine and result["status"] == "emerged":
@@ -262,12 +266,11 @@ def summarise_run(
 def patch_summary(run_dir: Path) -> dict[str, Any] | str:
     """`bench patch` on the finished run with its default steps, as kept in result.json (or why
     it could not run: a mixer without patchable attention)."""
-    from ..core.errors import ConfigError as Refused
     from .patching import patch_run
 
     try:
         report = patch_run(run_dir)
-    except Refused as e:
+    except ConfigError as e:
         return f"not patched: {e}"
     return {k: report[k] for k in ("pre", "post", "greedy", "ground_truth")}
 
@@ -308,7 +311,4 @@ def kernel_path(module: nn.Module) -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")  # a diverged loss stays NaN
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")  # a NaN loss stays NaN
