@@ -189,6 +189,24 @@ def patch(
 
 
 @app.command()
+def circuits(
+    run_dir: Annotated[Path, typer.Argument(
+        help="a run on the induction task with analysis checkpoints")],
+    threshold: Annotated[list[str] | None, typer.Option(
+        help="CLASS=RATIO, a class's selectivity threshold (> 1; repeatable) [induction=50, "
+             "duplicate=30, previous=30, first=30, self=30, local=10]")] = None,
+    sequences: Annotated[int, typer.Option(
+        min=1, max=100_000, help="screen batch: induction sequences")] = 2000,
+) -> None:
+    """Head screen over the run's checkpoints: every head's class (induction, duplicate,
+    previous, first/sink, self, local) and participation ratio, formation steps, early
+    identification, group ablation; writes RUN_DIR/circuits/."""
+    from .training.circuits import parse_thresholds, screen_run, to_markdown
+
+    print(to_markdown(screen_run(run_dir, parse_thresholds(threshold or []), sequences)))
+
+
+@app.command()
 def site(
     out: Annotated[Path, typer.Option(help="where the HTML pages go")] = Path("site"),
     root: Annotated[Path, typer.Option(
@@ -315,21 +333,18 @@ def task(
             "attention_target": t.attention_target().tolist(), **hidden,
         }))
         return
-    print(f"{name}: {t.config.n_states} states of {t.state_size} tokens, vocab {t.vocab_size}; "
-          f"instance {t.instance_seed}")
-    print(f"split: {split['held_out_states']:,} of {split['states']:,} states held out "
-          f"(never a training source); {split['evaluated_transitions']:,} held-out transitions "
-          f"evaluated")
+    print(f"{name}: {t.summary()}; instance {t.instance_seed}")
+    print(f"split: {t.split_text(split)}")
     print("held-out token accuracy of: chance {chance:.3f}, no context {no:.3f}, Bayes-optimal "
           "{top:.3f}".format(chance=references["chance"]["token_acc"],
                              no=references["no_context"]["token_acc"],
                              top=references["ceiling"]["token_acc"]))
     for flag in t.flags():
         print(f"flagged: {flag}")
-    for i, seq in enumerate(tokens.view(samples, config.n_states, t.state_size).tolist()):
+    for i, seq in enumerate(tokens):
         print(f"\nsample {i}{t.sample_note(hidden, i)}")
-        for step, state in enumerate(seq):
-            print(f"  x{step:<3} " + " ".join(map(str, state)))
+        for row in t.sample_rows(seq):
+            print(row)
     print()
     for line in t.rule_text(hidden):
         print(line)

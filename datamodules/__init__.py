@@ -4,16 +4,25 @@
 `build()` makes its DataModule.
 """
 
-from .config import PER_SEED, CellularAutomatonConfig, LinearMapConfig, TaskConfig
+from .config import (
+    PER_SEED,
+    CellularAutomatonConfig,
+    InductionConfig,
+    LinearMapConfig,
+    MQARConfig,
+    TaskConfig,
+)
 
 TASKS: dict[str, type[TaskConfig]] = {
     "linear_map": LinearMapConfig,
     "cellular_automaton": CellularAutomatonConfig,
+    "induction": InductionConfig,
+    "mqar": MQARConfig,
 }
 
 
 def build_task(config: TaskConfig, **kwargs):
-    """The LightningDataModule of `config` (a `datamodules.base.StateSequenceTask`)."""
+    """The LightningDataModule of `config` (a `datamodules.base.SequenceTask`)."""
     return config.build(**kwargs)
 
 

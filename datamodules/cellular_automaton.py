@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from .base import StateSequenceTask
 from .config import CellularAutomatonConfig
+from .states import StateSequenceTask
 
 
 def draw_rules(n_rules: int, n_colors: int, radius: int, seed: int) -> torch.Tensor:

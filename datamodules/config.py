@@ -19,6 +19,8 @@ SEED_LIMIT = 2**32  # seeds are 0 .. 2^32 - 1 (numpy's range)
 MAX_TOKENS_PER_STATE = 1024
 MAX_STATES = 1024
 MAX_VOCAB = 2**20
+MAX_LENGTH = 1 << 16  # tokens in a sequence
+ENUMERABLE = 1 << 18  # state spaces up to this size are enumerated to find the held-out part
 
 
 def check_range(config: Any, name: str, low: int, high: int, why: str = "") -> None:
@@ -30,17 +32,16 @@ def check_range(config: Any, name: str, low: int, high: int, why: str = "") -> N
 
 @dataclass
 class TaskConfig:
-    """Fields every task has; each task's config subclasses this."""
+    """Fields every task has; each task's config subclasses this (a task of states subclasses
+    `StateTaskConfig`)."""
 
     name: str = ""
-    n_states: int = 4
-    """number of states T in a sequence (>= 2; the first is random and never scored)"""
     task_seed: Any = PER_SEED
-    """seed that draws the hidden rule (matrix or rule pool): an integer >= 0 fixes one task
-    instance; per_seed (the default) gives every run seed its own instance"""
+    """seed that draws the task instance (its hidden rule and its held-out part): an integer
+    >= 0 fixes one instance; per_seed (the default) gives every run seed its own instance"""
     held_out: float = 0.2
-    """fraction of the states held out by a fixed hash, in (0, 1): never the source of a
-    training transition; the evaluation scores only transitions from them"""
+    """fraction held out by a fixed hash, in (0, 1): never in a training sequence; the
+    evaluation scores only what is held out"""
     random_targets: bool = False
     """leak control: replace every scored token by a uniform random one (nothing to learn)"""
 
@@ -48,7 +49,7 @@ class TaskConfig:
     """`module:Class` of the task's LightningDataModule, imported only when a run builds it"""
 
     # what tables and figures ask the task (class-level, so a recorded config dict suffices)
-    SHOWN: ClassVar[tuple[str, ...]] = ("n_states",)
+    SHOWN: ClassVar[tuple[str, ...]] = ()
     """fields every leaderboard label shows, default or not, in this order"""
     DERIVED: ClassVar[dict[str, tuple[str, str]]] = {}
     """axes computed from the fields: name -> (the field it stands in for in a series label,
@@ -60,32 +61,27 @@ class TaskConfig:
         raise KeyError(axis)
 
     @property
-    def tokens_per_state(self) -> int:
-        """S: tokens in one state."""
-        raise NotImplementedError
-
-    @property
     def vocab(self) -> int:
         """V: the token alphabet size."""
         raise NotImplementedError
 
     @property
     def seq_len(self) -> int:
-        """L = S*T - 1: the model's input length."""
-        return self.tokens_per_state * self.n_states - 1
+        """L: the model's input length (tokens in a sequence minus one)."""
+        raise NotImplementedError
 
     def table_bytes(self) -> int:
-        """Bytes the task's hidden rule takes (a matrix, rule tables), for the memory estimate."""
-        return 8 * self.tokens_per_state ** 2
+        """Bytes the task instance keeps in memory (hidden rule, enumerated split), for the
+        memory estimate."""
+        return 0
 
     def build(self, **kwargs: Any) -> Any:
-        """The task's LightningDataModule (a `base.StateSequenceTask`) for this config; imports
+        """The task's LightningDataModule (a `base.SequenceTask`) for this config; imports
         torch and Lightning, so this module does not import `base`."""
         module, _, cls = self.DATAMODULE.partition(":")
         return getattr(importlib.import_module(module), cls)(self, **kwargs)
 
     def __post_init__(self) -> None:
-        check_range(self, "n_states", 2, MAX_STATES)
         seed = self.task_seed
         if seed != PER_SEED and (isinstance(seed, bool) or not isinstance(seed, int)
                                  or not 0 <= seed < SEED_LIMIT):
@@ -93,6 +89,40 @@ class TaskConfig:
                              f"{PER_SEED}, got {seed!r}")
         if not 0 < self.held_out < 1:  # NaN fails too
             raise ValueError(f"held_out: must be in (0, 1), got {self.held_out}")
+
+
+@dataclass
+class StateTaskConfig(TaskConfig):
+    """A task whose sequences are T states of S tokens, scored from the second state on; the
+    held-out part is a set of states, never the source of a training transition."""
+
+    n_states: int = 4
+    """number of states T in a sequence (>= 2; the first is random and never scored)"""
+
+    SHOWN: ClassVar[tuple[str, ...]] = ("n_states",)
+
+    @property
+    def tokens_per_state(self) -> int:
+        """S: tokens in one state."""
+        raise NotImplementedError
+
+    @property
+    def seq_len(self) -> int:
+        """L = S*T - 1: the model's input length."""
+        return self.tokens_per_state * self.n_states - 1
+
+    def rule_bytes(self) -> int:
+        """Bytes of the hidden rule (a matrix, rule tables)."""
+        return 8 * self.tokens_per_state ** 2
+
+    def table_bytes(self) -> int:
+        states = self.vocab ** self.tokens_per_state  # a small state space is enumerated
+        return self.rule_bytes() + (states * self.tokens_per_state * 8
+                                    if states <= ENUMERABLE else 0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self, "n_states", 2, MAX_STATES)
         accept = (1 - self.held_out) ** (self.n_states - 1)
         if accept < 0.01:
             raise ValueError(
@@ -102,7 +132,7 @@ class TaskConfig:
 
 
 @dataclass
-class LinearMapConfig(TaskConfig):
+class LinearMapConfig(StateTaskConfig):
     SHOWN: ClassVar[tuple[str, ...]] = ("state_size", "sparsity", "n_states")
     DERIVED: ClassVar[dict[str, tuple[str, str]]] = {
         "supports": ("sparsity", "C(S, s): candidate supports")}
@@ -147,7 +177,7 @@ class LinearMapConfig(TaskConfig):
 
 
 @dataclass
-class CellularAutomatonConfig(TaskConfig):
+class CellularAutomatonConfig(StateTaskConfig):
     SHOWN: ClassVar[tuple[str, ...]] = ("n_cells", "n_colors", "n_rules", "n_states")
 
     DATAMODULE: ClassVar[str] = "datamodules.cellular_automaton:CellularAutomaton"
@@ -191,5 +221,112 @@ class CellularAutomatonConfig(TaskConfig):
     def vocab(self) -> int:
         return self.n_colors
 
-    def table_bytes(self) -> int:
+    def rule_bytes(self) -> int:
         return 8 * self.n_rules * self.n_colors ** (2 * self.radius + 1)
+
+
+@dataclass
+class InductionConfig(TaskConfig):
+    """Induction (A B ... A -> B): a first token that is always the same, random tokens, then
+    `n_repeats` segments each copied from a random place in the random tokens; scored inside
+    the copies, where the token after the earlier occurrence is the answer. The held-out part is
+    a set of places a copy may come from: no training copy comes from one, every evaluation
+    copy does."""
+
+    SHOWN: ClassVar[tuple[str, ...]] = ("vocab_size", "length", "segment", "n_repeats")
+    DATAMODULE: ClassVar[str] = "datamodules.induction:Induction"
+
+    name: str = "induction"
+    vocab_size: int = 16
+    """tokens V (>= 4): token 0 is the first token of every sequence, 1 .. V-1 are random"""
+    length: int = 48
+    """tokens in a sequence, the first token included"""
+    segment: int = 8
+    """tokens in a repeated segment (>= 2); the copy's first token is not predictable"""
+    n_repeats: int = 2
+    """copied segments at the end of the sequence (>= 1)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self, "vocab_size", 4, MAX_VOCAB)
+        check_range(self, "segment", 2, MAX_LENGTH)
+        check_range(self, "n_repeats", 1, MAX_LENGTH)
+        need = 1 + (self.n_repeats + 1) * self.segment
+        if not need <= self.length <= MAX_LENGTH:
+            raise ValueError(
+                f"length: must be in {need}..{MAX_LENGTH} (the first token, random tokens that "
+                f"hold a whole segment, then {self.n_repeats} copies of {self.segment}), got "
+                f"{self.length}")
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size
+
+    @property
+    def seq_len(self) -> int:
+        return self.length - 1
+
+    @property
+    def prefix(self) -> int:
+        """Random tokens between the first token and the copies."""
+        return self.length - 1 - self.n_repeats * self.segment
+
+    def table_bytes(self) -> int:
+        return self.length  # the held-out copy sources
+
+
+@dataclass
+class MQARConfig(TaskConfig):
+    """Multi-query associative recall (zoology's MQAR): `n_pairs` key-value pairs, `gap` filler
+    tokens, then `n_queries` of the keys again, each followed by its value; scored at the
+    queries. The held-out part is a set of bindings (key, value): no training sequence binds
+    one, and the evaluation counts only the queries of held-out bindings."""
+
+    SHOWN: ClassVar[tuple[str, ...]] = ("n_pairs", "n_keys", "n_values", "gap")
+    DATAMODULE: ClassVar[str] = "datamodules.mqar:MQAR"
+
+    name: str = "mqar"
+    n_pairs: int = 8
+    """key-value pairs per sequence (distinct keys)"""
+    n_queries: int = 0
+    """queries per sequence (distinct keys of the pairs, 1 .. n_pairs); 0 asks every key once"""
+    n_keys: int = 32
+    """key tokens (>= n_pairs)"""
+    n_values: int = 32
+    """value tokens (>= 2)"""
+    gap: int = 0
+    """filler tokens between the pairs and the queries (the recall distance grows with it)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self, "n_pairs", 1, MAX_LENGTH)
+        check_range(self, "n_queries", 0, self.n_pairs, " (queries ask distinct keys of the "
+                    "pairs; 0 asks every key)")
+        check_range(self, "n_keys", self.n_pairs, MAX_VOCAB, " (keys are distinct within a "
+                    "sequence)")
+        check_range(self, "n_values", 2, MAX_VOCAB)
+        check_range(self, "gap", 0, MAX_LENGTH)
+        if self.length > MAX_LENGTH:
+            raise ValueError(f"gap: a sequence of 2*(n_pairs + queries) + gap = {self.length} "
+                             f"tokens; must be at most {MAX_LENGTH}")
+
+    @property
+    def queries(self) -> int:
+        """Queries per sequence."""
+        return self.n_queries or self.n_pairs
+
+    @property
+    def length(self) -> int:
+        """Tokens in a sequence."""
+        return 2 * self.n_pairs + self.gap + 2 * self.queries
+
+    @property
+    def vocab(self) -> int:
+        return 1 + self.n_keys + self.n_values  # the filler, the keys, the values
+
+    @property
+    def seq_len(self) -> int:
+        return self.length - 1
+
+    def table_bytes(self) -> int:
+        return self.n_keys * self.n_values  # the held-out bindings

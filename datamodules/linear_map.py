@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .base import StateSequenceTask
 from .config import LinearMapConfig
+from .states import StateSequenceTask
 
 
 def draw_matrix(state_size: int, sparsity: int, seed: int, distinct: bool = True) -> torch.Tensor:

@@ -110,6 +110,17 @@ def analysis_path(run_dir: Path, step: int) -> Path:
     return run_dir / DIRNAME / f"step={step:07d}.ckpt"
 
 
+def load_analysis_module(run_dir: Path, step: int, cfg: Any, task: Any) -> Any:
+    """The run's `EmergenceModule` (config `cfg`, task instance `task`) with the weights of
+    its analysis checkpoint at `step`, in eval mode on the CPU (loaded with weights_only)."""
+    from .lightning_module import EmergenceModule
+
+    module = EmergenceModule(cfg.arch, cfg.train, task)
+    state = torch.load(analysis_path(run_dir, step), map_location="cpu", weights_only=True)
+    module.load_state_dict(state["state_dict"])
+    return module.eval()
+
+
 def analysis_steps(run_dir: Path) -> list[int]:
     """The steps of a run's analysis checkpoints, in order."""
     found = (run_dir / DIRNAME).glob("step=*.ckpt") if (run_dir / DIRNAME).is_dir() else []

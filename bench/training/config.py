@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from architectures import ArchConfig, ContractError, import_plugins
 from architectures import resolve as resolve_arch
 from datamodules import TASKS, TaskConfig, build_task
-from datamodules.base import StateSequenceTask
+from datamodules.base import SequenceTask
 
 from ..core.emergence import EmergenceCriterion, check_threshold
 from ..core.errors import ConfigError
@@ -294,7 +294,7 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence)
 
 
-def build_run_task(cfg: RunConfig) -> StateSequenceTask:
+def build_run_task(cfg: RunConfig) -> SequenceTask:
     """The job's task instance, checked: an instance the task refuses, or an emergence threshold
     outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
     try:
@@ -304,6 +304,9 @@ def build_run_task(cfg: RunConfig) -> StateSequenceTask:
         task.references()  # draws the evaluation set (a held-out part may be empty)
     except ValueError as e:
         raise ConfigError(f"task.{e}") from None
+    if task.PER_SEQUENCE_PATTERN and getattr(cfg.arch, "attention_bias", 0):
+        raise ConfigError(f"arch.attention_bias: must be 0 on {cfg.task.name}, whose "
+                          "ground-truth pattern changes with every sequence")
     if not cfg.task.random_targets:  # leak control: nothing to learn, by design
         try:
             check_threshold(cfg.emergence, task.references())

@@ -9,10 +9,12 @@ and any plug-in get the same measurement; for a causal mixer I[p, q] = 0 for q >
 Alignment with the ground truth reads the positions a mixer can read other than p itself (every
 backbone's residual path makes p read itself): the **mass on the parents**, the share of a row's
 influence on q < p that falls on p's parents, and the **AUROC** of the parents against the other
-positions of the states that hold them (the choice the task poses: which tokens of the previous
-state to read), ranked by influence within a row: 0.5 no preference, 1 every parent above every
-other token of its state. Both are means over the scored rows that have parents and other
-tokens there.
+candidates the task poses (`SequenceTask.candidates`: for a task of states, the other tokens of
+the states that hold the parents, i.e. which tokens of the previous state to read; for an
+in-context task, every earlier position), ranked by influence within a row: 0.5 no preference,
+1 every parent above every other candidate. Both are means over the scored rows that have
+parents and other candidates. A fixed pattern is compared with the mean map; a per-sequence one
+(a copied segment's source, a key's value) with each sequence's own map.
 """
 
 from __future__ import annotations
@@ -25,21 +27,24 @@ TOKEN_BUDGET = 1 << 16  # input tokens per forward-backward pass
 
 
 def influence_map(model: nn.Module, embed: nn.Module, tokens: torch.Tensor,
-                  targets: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+                  targets: torch.Tensor, scored: torch.Tensor,
+                  per_sequence: bool = False) -> torch.Tensor:
     """(P, L) influence of each input position on the correct logit at each scored position,
-    mean over the B sequences of `tokens` (B, L), rows normalised. `embed` is the module whose
-    output is the input embedding (its gradient is taken there); `targets` (B, L) the next
-    tokens. The model's parameters' .grad are not touched."""
+    mean over the B sequences of `tokens` (B, L), rows normalised; with `per_sequence`, (B, P,
+    L), each sequence's own map. `embed` is the module whose output is the input embedding (its
+    gradient is taken there); `targets` (B, L) the next tokens. The model's parameters' .grad
+    are not touched."""
     B, L = tokens.shape
-    influence = torch.zeros(len(scored), L, device=tokens.device)
+    influence = torch.zeros(B, len(scored), L, device=tokens.device)
     for seqs in torch.arange(B, device=tokens.device).split(max(1, TOKEN_BUDGET // L)):
         b = len(seqs)
         per_pass = max(1, TOKEN_BUDGET // (b * L))  # positions whose copies share one pass
         for start in range(0, len(scored), per_pass):
             pos = scored[start:start + per_pass]
-            influence[start:start + len(pos)] += _grad_norms(model, embed, tokens[seqs],
-                                                             targets[seqs], pos).sum(1)
-    influence /= B
+            norms = _grad_norms(model, embed, tokens[seqs], targets[seqs], pos)  # (n, b, L)
+            influence[seqs, start:start + len(pos)] = norms.transpose(0, 1)
+    if not per_sequence:
+        influence = influence.mean(0)
     return influence / influence.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
@@ -68,23 +73,26 @@ def _grad_norms(model: nn.Module, embed: nn.Module, tokens: torch.Tensor, target
 
 
 def alignment(influence: torch.Tensor, pattern: torch.Tensor, scored: torch.Tensor,
-              state_size: int) -> tuple[float, float]:
-    """(mass on the parents, AUROC of parents vs the other tokens of their states) of a (P, L)
-    influence map against the (P, L) ground truth; input position q holds a token of state
-    q // state_size."""
-    L = influence.shape[1]
-    q = torch.arange(L, device=influence.device)
-    before = q[None, :] < scored[:, None]  # (P, L)
-    parents = (pattern > 0) & before
+              candidates: torch.Tensor) -> tuple[float, float]:
+    """(mass on the parents, AUROC of the parents against the other candidates) of influence
+    maps (..., P, L) against the ground truth (..., P, L) at the scored positions `scored`
+    (P,); `candidates` (..., P, L) bool: the earlier positions each row chooses its parents
+    among (the parents are the candidates the pattern sets). The mass is the share of a row's
+    influence on all earlier positions that falls on its parents."""
+    L = influence.shape[-1]
+    before = torch.arange(L, device=influence.device) < scored[:, None]  # (P, L)
+    influence, pattern, candidates = (x.expand(pattern.shape).reshape(-1, *pattern.shape[-2:])
+                                      for x in (influence, pattern, candidates))
+    parents = (pattern > 0) & candidates
     masses, aurocs = [], []
-    for p in range(influence.shape[0]):
-        states = torch.unique(q[parents[p]] // state_size)
-        candidates = before[p] & torch.isin(q // state_size, states)
-        if not parents[p].any() or not (candidates & ~parents[p]).any():
-            continue
-        row = influence[p]
-        masses.append(float(row[parents[p]].sum() / row[before[p]].sum().clamp_min(1e-30)))
-        aurocs.append(float(binary_auroc(row[candidates], parents[p][candidates].long())))
+    for m in range(influence.shape[0]):
+        for p in range(influence.shape[1]):
+            own, choice = parents[m, p], candidates[m, p]
+            if not own.any() or not (choice & ~own).any():
+                continue
+            row = influence[m, p]
+            masses.append(float(row[own].sum() / row[before[p]].sum().clamp_min(1e-30)))
+            aurocs.append(float(binary_auroc(row[choice], own[choice].long())))
     if not masses:
         return float("nan"), float("nan")
     return sum(masses) / len(masses), sum(aurocs) / len(aurocs)

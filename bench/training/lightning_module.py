@@ -18,20 +18,20 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
 
 from architectures import ArchConfig, Backbone, RecordsAttention
-from datamodules.base import Batch, StateSequenceTask, split_tokens
+from datamodules.base import Batch, SequenceTask, split_tokens
 
 from .config import TrainConfig
 from .influence import alignment, influence_map
 
 
 class EmergenceModule(L.LightningModule):
-    def __init__(self, arch: ArchConfig, train: TrainConfig, task: StateSequenceTask):
+    def __init__(self, arch: ArchConfig, train: TrainConfig, task: SequenceTask):
         super().__init__()
         self.train_config = train
-        self.vocab_size, self.state_size = task.vocab_size, task.state_size
+        self.vocab_size, self.group_size = task.vocab_size, task.group_size
         pattern = task.attention_target().float()  # (L, L)
         self.model = Backbone(arch, task.vocab_size, task.seq_len, pattern)
-        scored = task.loss_mask().nonzero().squeeze(1)  # (P,) scored positions, in states of S
+        scored = task.scored_positions()  # (P,) in groups of group_size (a state's tokens)
         self.register_buffer("scored", scored, persistent=False)
         self.register_buffer("pattern", pattern[scored], persistent=False)  # (P, L)
         self.val_loss = MeanMetric()
@@ -41,6 +41,7 @@ class EmergenceModule(L.LightningModule):
         self.probe_exact_acc = MulticlassExactMatch(task.vocab_size)
         self.attention = [m for m in self.model.modules() if isinstance(m, RecordsAttention)]
         self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
+        self.last_head_mass: list[torch.Tensor] = []  # per layer (H,), last eval batch
         self.task = task
         self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (P, L), rounded
         # not a registered submodule: the compiled wrapper shares the model's parameters
@@ -72,7 +73,7 @@ class EmergenceModule(L.LightningModule):
         logits, targets = self.scored_logits(batch)  # (B, P, V), (B, P)
         for m in self.attention:
             m.record_attention = False
-        B, S = targets.shape[0], self.state_size
+        B, S = targets.shape[0], self.group_size
         counted = batch.counted.index_select(1, self.scored)  # (B, P)
         preds = logits.argmax(-1)
         held = ~batch.probe
@@ -82,7 +83,7 @@ class EmergenceModule(L.LightningModule):
             keep = counted & rows[:, None]  # (B, P)
             if not keep.any():  # a chunk without rows of this kind (torchmetrics wants some)
                 continue
-            states = keep.view(B, -1, S)[..., 0]  # (B, T-1): a state counts whole or not at all
+            states = keep.view(B, -1, S)[..., 0]  # (B, groups): a group counts whole or not at all
             token_acc.update(preds[keep], targets[keep])
             exact_acc.update(preds.view(B, -1, S)[states], targets.view(B, -1, S)[states])
             if rows is held:
@@ -95,7 +96,10 @@ class EmergenceModule(L.LightningModule):
                       batch_size=B)  # synced by torchmetrics
         if self.attention:
             self.attention_maps = [m.last_attention.mean(0) for m in self.attention]
-            mass = torch.stack([self.parent_mass(m.last_attention) for m in self.attention])
+            truth = self.batch_pattern(batch)
+            self.last_head_mass = [self.head_mass(m.last_attention, truth)
+                                   for m in self.attention]
+            mass = torch.stack([m.max() for m in self.last_head_mass])
             mass = {"val/parent_mass": mass.max(),
                     **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
             self.log_dict(mass, batch_size=B, sync_dist=self.trainer.world_size > 1)
@@ -111,9 +115,14 @@ class EmergenceModule(L.LightningModule):
             held = (~es.probe).nonzero().squeeze(1)[:n]
             tokens = es.tokens[held].clone()  # a normal tensor: evaluation runs in inference mode
             batch = split_tokens(tokens)
+            per_sequence = self.task.PER_SEQUENCE_PATTERN
             influence = influence_map(self.model, self.model.embed, batch.inputs, batch.targets,
-                                      self.scored)
-        mass, auroc = alignment(influence, self.pattern, self.scored, self.state_size)
+                                      self.scored, per_sequence=per_sequence)
+        # a fixed pattern is compared with the mean map, a per-sequence one map by map
+        truth = self.task.patterns(tokens) if per_sequence else self.pattern
+        mass, auroc = alignment(influence, truth, self.scored, self.task.candidates(truth))
+        if per_sequence:
+            influence = influence.mean(0)
         self.influence_maps[self.global_step] = influence.round(decimals=3).tolist()
         self.log_dict({"val/influence_mass": mass, "val/influence_auroc": auroc},
                       batch_size=len(held))
@@ -124,22 +133,32 @@ class EmergenceModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.influence_maps = dict(checkpoint.get("influence_maps", {}))
 
-    def head_mass(self, probs: torch.Tensor) -> torch.Tensor:
-        """Attention probs (..., H, L, L) -> (H,): each head's mean mass on the parents."""
-        rows = probs.index_select(-2, self.scored)  # (..., H, P, L)
-        mass = (rows * self.pattern).sum(-1)  # (..., H, P)
-        return mass.reshape(-1, *mass.shape[-2:]).mean(dim=(0, 2))
+    def batch_pattern(self, batch: Batch) -> torch.Tensor:
+        """The ground truth of `batch`'s sequences: (B, P, L) for a per-sequence pattern, else
+        the task's (P, L)."""
+        if not self.task.PER_SEQUENCE_PATTERN:
+            return self.pattern
+        return self.task.patterns(torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1))
 
-    def parent_mass(self, probs: torch.Tensor) -> torch.Tensor:
-        """Attention probs (B, H, L, L) -> max over heads of the mean mass on the parents."""
-        return self.head_mass(probs).max()
+    def head_mass(self, probs: torch.Tensor, pattern: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention probs (..., H, L, L) -> (H,): each head's mean mass on the parents, over
+        the scored rows that have parents; `pattern` (P, L), or (B, P, L) with probs (B, H, L,
+        L) (default: the task's fixed pattern)."""
+        rows = probs.index_select(-2, self.scored)  # (..., H, P, L)
+        if pattern is None or pattern.dim() == 2:  # every scored row has parents
+            mass = (rows * (self.pattern if pattern is None else pattern)).sum(-1)  # (..., H, P)
+            return mass.reshape(-1, *mass.shape[-2:]).mean(dim=(0, 2))
+        pattern = pattern[:, None]  # (B, 1, P, L) against (B, H, P, L)
+        mass = (rows * pattern).sum(-1)  # (B, H, P)
+        has = (pattern.sum(-1) > 0).expand(mass.shape).float()  # rows with parents
+        return (mass * has).sum((0, 2)) / has.sum((0, 2)).clamp_min(1)
 
     def learned_patterns(self) -> list[dict[str, Any]]:
         """Per attention layer, the head with the most mass on the parents at the last
         evaluation: its mean attention map (L, L) over the evaluation batch, rounded."""
         out = []
         for layer, maps in enumerate(self.attention_maps):  # maps (H, L, L)
-            mass = self.head_mass(maps)  # (H,)
+            mass = self.last_head_mass[layer]  # (H,)
             head = int(mass.argmax())
             out.append({"layer": layer, "head": head, "parent_mass": round(float(mass[head]), 4),
                         "map": maps[head].round(decimals=3).tolist()})

@@ -16,7 +16,7 @@ import torch
 from architectures import Backbone
 from architectures.backbone import RecurrentConfig
 from architectures.plugins import one_line
-from datamodules.base import ENUMERABLE, EVAL_TOKENS
+from datamodules.base import EVAL_TOKENS
 
 from ..core.errors import ConfigError
 
@@ -63,14 +63,12 @@ def estimate(cfg: RunConfig) -> dict[str, int]:
     per_sequence = activations_per_sequence(cfg, mixer_params) * FLOAT
     # sequences per evaluation forward pass: a chunk of the set, or all of a small one
     eval_rows = max(1, min(EVAL_TOKENS // L, cfg.train.eval_size + cfg.train.probe_size))
-    states = cfg.task.vocab ** cfg.task.tokens_per_state
-    states = states if states <= ENUMERABLE else 0  # larger state spaces are sampled
     return {
         "arch": params * FLOAT * 4,  # weights, gradients, two AdamW moments
         "train.batch_size": cfg.train.batch_size * per_sequence * SAFETY,
         "train.eval_size": eval_rows * per_sequence // 3  # no gradients kept
         + (cfg.train.eval_size + cfg.train.probe_size) * (L + 1) * 8,
-        "task": cfg.task.table_bytes() + states * cfg.task.tokens_per_state * 8,
+        "task": cfg.task.table_bytes(),
     }
 
 

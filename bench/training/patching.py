@@ -25,9 +25,8 @@ from architectures import PatchesAttention
 from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.files import write_atomic
-from .checkpoint import analysis_path, analysis_steps
+from .checkpoint import analysis_steps, load_analysis_module
 from .config import build_run_task, load_run_config
-from .lightning_module import EmergenceModule
 
 
 def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
@@ -57,11 +56,7 @@ class Patcher:
         self.task = build_run_task(self.cfg)
         self.models = {}
         for name, step in (("pre", pre), ("post", post)):
-            module = EmergenceModule(self.cfg.arch, self.cfg.train, self.task)
-            state = torch.load(analysis_path(run_dir, step), map_location="cpu",
-                               weights_only=True)["state_dict"]
-            module.load_state_dict(state)
-            self.models[name] = module.eval()
+            self.models[name] = load_analysis_module(run_dir, step, self.cfg, self.task)
         self.layers = [m for m in self.models["pre"].model.modules()
                        if isinstance(m, PatchesAttention)]
         post_layers = [m for m in self.models["post"].model.modules()
@@ -83,9 +78,11 @@ class Patcher:
                 self.post_probs.append([m.last_attention for m in post_layers])
                 for m in post_layers:
                     m.record_attention, m.last_attention = False, None
-        pattern = self.task.attention_target().float()
-        self.truth = pattern / pattern.sum(-1, keepdim=True).clamp_min(1)  # rows with parents
-        self.has_parents = pattern.sum(-1) > 0
+        # each sequence's ground truth (per sequence for an in-context task), rows normalised
+        pattern = torch.zeros(len(self.inputs), *self.inputs.shape[1:], self.inputs.shape[1])
+        pattern[:, scored] = self.task.patterns(es.tokens[held])
+        self.truth = pattern / pattern.sum(-1, keepdim=True).clamp_min(1)  # (N, L, L)
+        self.has_parents = pattern.sum(-1) > 0  # (N, L)
         self.n_heads = [p.shape[1] for p in self.post_probs[0]]  # per layer
         self.heads = [(i, h) for i, n in enumerate(self.n_heads) for h in range(n)]
 
@@ -101,8 +98,8 @@ class Patcher:
                  for i, n in enumerate(self.n_heads)]
         for c, rows in enumerate(self.chunks):
             for i, m in enumerate(self.layers if model == "pre" else []):
-                m.attention_patch = _patch(self.post_probs[c][i], masks[i], self.truth,
-                                           self.has_parents, i in truth_layers)
+                m.attention_patch = _patch(self.post_probs[c][i], masks[i], self.truth[rows],
+                                           self.has_parents[rows], i in truth_layers)
             try:
                 logits = module.model(self.inputs[rows]).index_select(1, module.scored)
             finally:
@@ -123,8 +120,8 @@ def _patch(post: torch.Tensor, mask: torch.Tensor, truth: torch.Tensor, has_pare
         out = torch.where(mask[None, :, None, None], post, probs)
         if use_truth:
             L = probs.shape[-1]
-            rows = has_parents[:L][None, None, :, None]
-            out = torch.where(rows, truth[:L, :L].to(out.dtype).expand_as(out), out)
+            rows = has_parents[:, None, :L, None]  # (B, 1, L, 1)
+            out = torch.where(rows, truth[:, None, :L, :L].to(out.dtype).expand_as(out), out)
         return out
     return apply
 

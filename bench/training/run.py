@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from architectures import ContractError, ReportsKernelPath, check_mixer
-from datamodules.base import StateSequenceTask
+from datamodules.base import SequenceTask
 
 from ..core.emergence import EmergenceTracker, reference_key
 from ..core.errors import ConfigError
@@ -64,7 +64,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # a resumed run
 
 
-def emergence_callback(cfg: RunConfig, task: StateSequenceTask) -> EmergenceCallback:
+def emergence_callback(cfg: RunConfig, task: SequenceTask) -> EmergenceCallback:
     """The criterion's callback, with progress measured from the task's no-context baseline to
     its Bayes ceiling."""
     key, refs = reference_key(cfg.emergence.metric), task.references()
@@ -182,7 +182,7 @@ class RunRecorder(Callback):
     """Times the run, keeps every logged metric at each evaluation (the curves) and, on rank 0,
     writes result.json when training ends."""
 
-    def __init__(self, cfg: RunConfig, task: StateSequenceTask, tracker: EmergenceTracker,
+    def __init__(self, cfg: RunConfig, task: SequenceTask, tracker: EmergenceTracker,
                  run_dir: Path):
         self.cfg, self.task, self.tracker, self.run_dir = cfg, task, tracker, run_dir
         self._t0 = time.perf_counter()
@@ -217,7 +217,7 @@ class RunRecorder(Callback):
 
 
 def summarise_run(
-    cfg: RunConfig, task: StateSequenceTask, module: EmergenceModule, trainer: L.Trainer,
+    cfg: RunConfig, task: SequenceTask, module: EmergenceModule, trainer: L.Trainer,
     tracker: EmergenceTracker, wall: float, curves: dict[str, list[float]],
 ) -> dict[str, Any]:
     """The contents of result.json."""

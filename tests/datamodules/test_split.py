@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from datamodules import TASKS, build_task
-from datamodules.base import SMALL_HELD_OUT, Batch, split_tokens
+from datamodules.base import Batch, split_tokens
 from datamodules.linear_map import LinearMap, LinearMapConfig
+from datamodules.states import SMALL_HELD_OUT
 
 CPU = torch.device("cpu")
 SMALL = {
@@ -101,7 +102,7 @@ def test_a_lookup_table_of_training_transitions_is_no_better_than_no_context(nam
                 for i, x in enumerate(nxt):
                     votes.setdefault((t, i), []).append(x)
     es = task.eval_set(CPU)
-    held_tokens, flags = es.tokens[~es.probe], es.held_out[~es.probe]
+    held_tokens, flags = es.tokens[~es.probe], task.held_out_transitions(es)[~es.probe]
     majority = torch.tensor(task.references()["no_context"]["token_acc"])
     # the table's fallback: each position's most frequent training token
     train_majority = {k: max(set(v), key=v.count) for k, v in votes.items()}

@@ -10,6 +10,7 @@ from torch import nn
 from bench.training.config import load_run_config
 from bench.training.influence import alignment, influence_map
 from bench.training.run import train
+from datamodules.states import state_candidates
 
 
 class Shift(nn.Module):
@@ -49,16 +50,17 @@ def test_a_known_pattern_is_recovered():
     truth = shift_pattern(L, k)[scored]
     # one parent per row, at the start of a "state" of k tokens: the other candidates are the
     # rest of that state
-    assert alignment(influence, truth, scored, state_size=k) == (1.0, 1.0)
+    assert alignment(influence, truth, scored, state_candidates(truth, scored, k)) == (1.0, 1.0)
     wrong = shift_pattern(L, k - 1)[scored]  # the neighbouring position, never read
-    mass, auroc = alignment(influence, wrong, scored, state_size=k)
+    mass, auroc = alignment(influence, wrong, scored, state_candidates(wrong, scored, k))
     assert mass == 0.0 and auroc < 0.5
 
 
 def test_alignment_without_candidates_is_nan():
     influence = torch.full((2, 4), 0.25)
     scored = torch.tensor([2, 3])
-    assert all(math.isnan(v) for v in alignment(influence, torch.zeros(2, 4), scored, 2))
+    assert all(math.isnan(v) for v in alignment(influence, torch.zeros(2, 4), scored,
+                                                     torch.zeros(2, 4, dtype=torch.bool)))
 
 
 @pytest.mark.parametrize("arch", ["mlp_mixer", "examples.custom_mixer:CausalConvMixer"])
@@ -100,3 +102,43 @@ def test_chunking_over_sequences_and_positions_changes_nothing(monkeypatch):
     monkeypatch.setattr(influence, "TOKEN_BUDGET", 30)  # 2 sequences a pass, 1 position
     chunked = influence_map(model, model.embed, tokens[:, :-1], tokens[:, 1:], scored)
     assert torch.allclose(whole, chunked, atol=1e-6)
+
+
+class Pointer(nn.Module):
+    """Output p = W x[token p] (the token is a position, always earlier here) plus the
+    residual: reads a position that changes with every sequence."""
+
+    def __init__(self, vocab: int, d: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.mix = nn.Linear(d, d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        read = x.gather(1, tokens[..., None].expand_as(x))
+        return self.head(torch.tanh(x + self.mix(read)))
+
+
+def test_a_per_sequence_pattern_is_recovered_map_by_map():
+    torch.manual_seed(0)
+    L, B = 10, 12
+    model = Pointer(vocab=L, d=8)
+    positions = torch.arange(L)
+    tokens = (torch.rand(B, L + 1) * positions.clamp_min(1).repeat(1, 2)[:, : L + 1]).long()
+    tokens[:, 0] = 0
+    scored = torch.arange(2, L)
+    inputs = tokens[:, :-1]
+    truth = torch.nn.functional.one_hot(inputs[:, scored], L).float()  # (B, P, L)
+    before = (positions[None, :] < scored[:, None]).expand(B, -1, -1)
+    per_sequence = influence_map(model, model.embed, inputs, tokens[:, 1:], scored,
+                                 per_sequence=True)
+    assert per_sequence.shape == (B, len(scored), L)
+    keep = (truth.argmax(-1) < scored).all(-1)  # rows that point at an earlier position
+    mass, auroc = alignment(per_sequence[keep], truth[keep], scored, before[keep])
+    assert mass > 0.9 and auroc == 1.0
+    mean = influence_map(model, model.embed, inputs, tokens[:, 1:], scored)
+    # the mean map against each sequence's truth blurs it: far from the per-sequence reading
+    blurred, _ = alignment(mean.expand(int(keep.sum()), -1, -1), truth[keep], scored,
+                           before[keep])
+    assert blurred < mass - 0.2
