@@ -210,10 +210,14 @@ class Screen:
 
 
 def _participation_ratio(x: torch.Tensor) -> float:
-    """(M, d) vectors -> (sum of covariance eigenvalues)^2 / sum of their squares."""
-    x = x - x.mean(0)
+    """(M, d) vectors -> (sum of covariance eigenvalues)^2 / sum of their squares: 1 .. d, and
+    0 for an output that does not vary (it writes no direction)."""
+    scale = float(x.double().square().mean())  # the output's size, before centring
+    x = x.double() - x.double().mean(0)
     eig = torch.linalg.eigvalsh(x.T @ x / max(len(x) - 1, 1)).clamp_min(0)
-    return float(eig.sum() ** 2 / (eig.square().sum()).clamp_min(1e-30))
+    if eig.sum() <= 1e-10 * max(scale * x.shape[1], 1e-300):
+        return 0.0
+    return float(eig.sum() ** 2 / eig.square().sum())
 
 
 def classify(ratios: torch.Tensor, thresholds: dict[str, float]) -> list[list[str]]:
