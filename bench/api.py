@@ -25,9 +25,10 @@ from .core.seeds import TUNE_SEED_START, seed_list
 if TYPE_CHECKING:
     import pandas as pd
 
-# what a run writes (the last four with train.patch and trainer.logger)
-RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml", "checkpoints", "patch", "tensorboard",
-             "wandb", "mlflow.db"}
+# what a run writes (patch/ and circuits/ with train.patch and train.circuits; the last three
+# with trainer.logger)
+RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml", "checkpoints", "patch", "circuits",
+             "tensorboard", "wandb", "mlflow.db"}
 
 
 def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | None = None,

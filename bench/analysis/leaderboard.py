@@ -21,6 +21,7 @@ from ..core import markdown
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import SurvivalSummary, finite_median, kaplan_meier
+from .circuits import circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .labels import record_defaults, row_labels
@@ -233,9 +234,9 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
         lines += ["", "Flagged instances (degenerate but kept):",
                   *[f"- {f}" for f in flags[:10]]]
     lines += ["", *tests]
-    mechanism = mechanism_markdown(rows)
-    if mechanism:
-        lines += [*([""] if lines[-1] else []), *mechanism, ""]
+    for section in (mechanism_markdown(rows), circuits_markdown(rows)):
+        if section:
+            lines += [*([""] if lines[-1] else []), *section, ""]
     captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
                 "factors": "solve rate and median steps against the swept factors",
                 "dynamics": "one seed per row: held-out and training accuracy, attention on the "

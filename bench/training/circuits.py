@@ -62,6 +62,9 @@ SCREEN_SEQUENCES = 2000
 SCREEN_STREAM = 5  # the screen batch's own generator stream
 LOCAL_WINDOW = 4
 ABLATION_SEED = 0
+SUMMARY_KEYS = ("thresholds", "overall", "induction_formation_step", "sink_half_step",
+                "sink_shape", "early_identification", "induction_heads",
+                "sinks_in_layers_0_1_at", "ablation", "sequences")
 
 
 def parse_thresholds(items: list[str]) -> dict[str, float]:

@@ -71,6 +71,11 @@ class TrainConfig:
     checkpoints (`bench patch`, into patch/) and keep the summary in result.json; needs
     keep_checkpoints; a mixer without patchable attention is noted, not an error; not in the
     job id"""
+    circuits: bool = False
+    """after the run, screen its attention heads over the analysis checkpoints (`bench
+    circuits`, into circuits/) and keep the summary in result.json; needs keep_checkpoints and
+    the induction task; a mixer without patchable attention is noted, not an error; not in the
+    job id"""
     keep_checkpoints: bool = False
     """keep full checkpoints for analysis in checkpoints/ (initialisation, evaluations 1, 2, 4,
     8, ... in, the two evaluations bracketing emergence, the end): `bench patch`, influence maps
@@ -89,6 +94,8 @@ class TrainConfig:
                              f"{self.eval_every}")
         if self.patch and not self.keep_checkpoints:
             raise ValueError("patch: needs keep_checkpoints=true (it patches between them)")
+        if self.circuits and not self.keep_checkpoints:
+            raise ValueError("circuits: needs keep_checkpoints=true (it screens them)")
         for name, low, high in (("lr", 0, 1e6), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
             value = getattr(self, name)
             if not low <= value <= high or (name == "lr" and value == 0):  # NaN fails too

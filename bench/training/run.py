@@ -168,6 +168,8 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
             result["refine"] = done
     if cfg.train.patch and result["status"] == "emerged":
         result["patch"] = patch_summary(run_dir)
+    if cfg.train.circuits:
+        result["circuits"] = circuits_summary(run_dir)
     if cfg.emergence.refine and not cfg.train.keep_checkpoints:  # kept only to replay from
         for s in analysis_steps(run_dir):
             analysis_path(run_dir, s).unlink()
@@ -273,6 +275,20 @@ def patch_summary(run_dir: Path) -> dict[str, Any] | str:
     except ConfigError as e:
         return f"not patched: {e}"
     return {k: report[k] for k in ("pre", "post", "greedy", "ground_truth")}
+
+
+def circuits_summary(run_dir: Path) -> dict[str, Any] | str:
+    """`bench circuits` on the finished run with the default thresholds, as kept in
+    result.json (or why it could not run)."""
+    from .circuits import SUMMARY_KEYS, screen_run
+
+    try:
+        report = screen_run(run_dir)
+    except ConfigError as e:
+        return f"not screened: {e}"
+    steps = [{"step": s["step"], "classes": s["classes"], "loss": s["loss"]}
+             for s in report["steps"]]
+    return {"steps": steps, **{k: report[k] for k in SUMMARY_KEYS}}
 
 
 def influence_summary(maps: dict[int, list[list[float]]],

@@ -95,9 +95,66 @@ def induction_run(tmp_path_factory):
                            "arch.d_model=16", "arch.n_layers=2", "arch.n_heads=2",
                            "arch.head_dim=8", "train.max_steps=40", "train.eval_every=10",
                            "train.eval_size=64", "train.probe_size=16",
-                           "train.keep_checkpoints=true", "emergence.threshold=0.5"])
+                           "train.keep_checkpoints=true", "train.circuits=true",
+                           "emergence.threshold=0.5"])
     train(cfg, out, progress=False)
     return out
+
+
+def test_a_run_with_train_circuits_keeps_the_summary(induction_run):
+    from bench.training.circuits import SUMMARY_KEYS
+
+    result = json.loads((induction_run / "result.json").read_text())
+    summary = result["circuits"]
+    assert set(SUMMARY_KEYS) <= set(summary) and summary["sequences"] == 2000
+    kept = sorted(int(p.stem.split("=")[1])
+                  for p in (induction_run / "checkpoints").glob("step=*.ckpt"))
+    assert [s["step"] for s in summary["steps"]] == kept and len(kept) >= 3
+    assert (induction_run / "circuits" / "circuits.md").is_file()
+
+
+def test_train_circuits_needs_checkpoints_and_notes_other_tasks(tmp_path):
+    from bench.core.errors import ConfigError
+    from bench.training.config import load_run_config
+    from bench.training.run import circuits_summary
+
+    with pytest.raises(ConfigError, match="circuits: needs keep_checkpoints=true"):
+        load_run_config(["train.circuits=true"])
+    (tmp_path / "result.json").write_text(json.dumps(
+        {"config": load_run_config(["task.state_size=8"]).to_dict()}))
+    assert circuits_summary(tmp_path).startswith("not screened: RUN_DIR: the head screen needs")
+
+
+def test_the_leaderboard_section_reads_the_findings():
+    from bench.analysis.circuits import circuits_markdown, row_circuits
+
+    def run(ind, half, shape, early_sinks, identified, heads, dl_ind, dl_ctl):
+        steps = [{"step": s} for s in (0, 50, 100, 200, 400, 3000)]
+        return {"config": {"train": {"max_steps": 3000}}, "circuits": {
+            "induction_formation_step": ind, "sink_half_step": half, "sink_shape": shape,
+            "sinks_in_layers_0_1_at": early_sinks, "steps": steps,
+            "early_identification": identified, "induction_heads": heads,
+            "ablation": {"dloss_induction": dl_ind, "dloss_control": dl_ctl}}}
+
+    head = {"pr_at_or_before": True}
+    late = {"pr_at_or_before": False}
+    row = {"task": "induction()", "architecture": "transformer", "runs": [
+        run(100, 2000, "jump", [], [0, 0.5, 1, 1, 1, 1], [head, head], 1.0, 0.1),
+        run(200, 400, "gradual", [400], [0, 0, 0.5, 1, 1, 1], [late], 0.5, 0.6),
+        run(None, None, "none", [], [None] * 6, [], None, None),
+        {"config": {"train": {"max_steps": 3000}}, "circuits": "not screened: x"}]}
+    c = row_circuits(row)
+    assert c["runs"] == 3 and c["induction_runs"] == 2
+    assert c["f1_runs_with_early_sinks"] == 1
+    assert c["f2_shapes"] == {"jump": 1, "gradual": 1, "none": 1}
+    assert (c["f3_both"], c["f3_magnitude"], c["f3_first"]) == (2, 1, 2)
+    assert c["f3_median"] == 11.0  # ratios 20 and 2
+    assert c["f4_runs"] == 2 and c["f4_median"] == 0.25  # step 50 is within 2% of 3000
+    assert (c["f5_heads"], c["f5_ahead"]) == (3, 2)
+    assert c["ablation_runs"] == 2 and c["ablation_wins"] == 1
+    text = "\n".join(circuits_markdown([row]))
+    assert "## Circuits" in text and "1/3" in text
+    assert circuits_markdown([{**row, "runs": row["runs"][3:]}]) == []
 
 
 def test_a_run_is_screened_over_its_checkpoints(cli, induction_run):

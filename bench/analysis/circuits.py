@@ -1,0 +1,125 @@
+"""When do circuits form? The leaderboard's head-screen section, from runs with `train.circuits`.
+
+Per row (one architecture on `induction`), over its screened runs, the second paper's findings:
+
+- **F1** layers 0 and 1 never hold a first-token (sink) head: the runs with one there at any
+  checkpoint.
+- **F2** the sink fraction's shape over training: `jump` (one interval adds half the final
+  fraction), `gradual`, or `none` (no sink head at the end), counted over runs.
+- **F3** induction forms an order of magnitude earlier than sinks reach half their final
+  fraction: per run the ratio of the sink half step to the induction formation step; its median
+  with an order-statistic interval, the runs at >= 10, and the exact sign test of "induction
+  first" (ratio > 1) over the runs where both formed.
+- **F4** most of the final induction circuit is identified early: per run the fraction of the
+  last checkpoint's induction heads already classified at the last checkpoint within 2% of
+  training; median over runs with an induction circuit.
+- **F5** an induction head's participation ratio rises at or before its selectivity crosses the
+  threshold: heads where it does over all final induction heads, with the exact binomial p of
+  that count against 1/2.
+- Group ablation at the last checkpoint: median loss change with the induction heads' attention
+  zeroed against as many other heads, and the runs where the induction heads cost more.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..core import markdown
+from ..core.stats import finite_median
+from .mechanism import median_interval
+
+EARLY = 0.02  # F4: "identified at 0.3-2% of training"
+MAGNITUDE = 10  # F3: "an order of magnitude earlier"
+
+
+def _screened(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r["circuits"] | {"max_steps": r["config"]["train"]["max_steps"]}
+            for r in row["runs"] if isinstance(r.get("circuits"), dict)]
+
+
+def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The findings' numbers over the row's screened runs (None when none was screened)."""
+    from scipy.stats import binomtest
+
+    runs = _screened(row)
+    if not runs:
+        return None
+    ratios = []
+    for c in runs:
+        ind, half = c["induction_formation_step"], c["sink_half_step"]
+        if ind is not None and half is not None:
+            ratios.append(math.inf if ind == 0 else half / ind)
+    finite = [r for r in ratios if math.isfinite(r)]
+    med, low, high = median_interval(finite) if finite else (math.nan,) * 3
+    first = sum(r > 1 for r in ratios)
+    early = []
+    for c in runs:
+        steps = [s["step"] for s in c["steps"]]
+        within = [i for i, s in enumerate(steps) if 0 < s <= EARLY * c["max_steps"]]
+        ident = c["early_identification"]
+        if within and ident[-1] is not None:
+            early.append(ident[within[-1]])
+    heads = [h for c in runs for h in c["induction_heads"]]
+    ahead = sum(h["pr_at_or_before"] for h in heads)
+    ablated = [c["ablation"] for c in runs if c["ablation"].get("dloss_induction") is not None
+               and c["ablation"].get("dloss_control") is not None]
+    return {
+        "runs": len(runs),
+        "f1_runs_with_early_sinks": sum(bool(c["sinks_in_layers_0_1_at"]) for c in runs),
+        "f2_shapes": {s: sum(c["sink_shape"] == s for c in runs)
+                      for s in ("jump", "gradual", "none")},
+        "f3_both": len(ratios), "f3_median": med, "f3_low": low, "f3_high": high,
+        "f3_magnitude": sum(r >= MAGNITUDE for r in ratios),
+        "f3_first": first,
+        "f3_p": binomtest(first, len(ratios), 0.5, alternative="greater").pvalue
+        if ratios else math.nan,
+        "f4_runs": len(early), "f4_median": finite_median(early),
+        "f5_heads": len(heads), "f5_ahead": ahead,
+        "f5_p": binomtest(ahead, len(heads), 0.5).pvalue if heads else math.nan,
+        "induction_runs": sum(bool(c["induction_heads"]) for c in runs),
+        "ablation_runs": len(ablated),
+        "dloss_induction": finite_median([a["dloss_induction"] for a in ablated]),
+        "dloss_control": finite_median([a["dloss_control"] for a in ablated]),
+        "ablation_wins": sum(a["dloss_induction"] > a["dloss_control"] for a in ablated),
+    }
+
+
+def _n(x: float, digits: int = 2) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The section, or nothing when no run was screened."""
+    table = []
+    for row in rows:
+        c = row_circuits(row)
+        if c is None:
+            continue
+        shapes = ", ".join(f"{k} {v}" for k, v in c["f2_shapes"].items() if v)
+        table.append([
+            row["task"], f"`{row['architecture']}`", c["runs"], c["induction_runs"],
+            f"{c['f1_runs_with_early_sinks']}/{c['runs']}", shapes,
+            f"{_n(c['f3_median'], 1)} [{_n(c['f3_low'], 1)}, {_n(c['f3_high'], 1)}]",
+            f"{c['f3_magnitude']}/{c['f3_both']}", f"{c['f3_first']}/{c['f3_both']}",
+            _n(c["f3_p"], 3), f"{_n(c['f4_median'])} ({c['f4_runs']})",
+            f"{c['f5_ahead']}/{c['f5_heads']}", _n(c["f5_p"], 3),
+            f"{_n(c['dloss_induction'], 3)} vs {_n(c['dloss_control'], 3)} "
+            f"({c['ablation_wins']}/{c['ablation_runs']})"])
+    if not table:
+        return []
+    return ["## Circuits: the head screen over checkpoints", "",
+            "Every screened run (`bench circuits`: 2,000 induction sequences per checkpoint; "
+            "thresholds induction 50x, first token 30x, as in the paper). F1: runs with a sink "
+            "(first-token) head in layer 0 or 1 at any checkpoint. F2: shape of the sink "
+            "fraction over training. F3: sink half step / induction formation step, median "
+            f"[order-statistic interval]; runs at >= {MAGNITUDE}x; runs where induction came "
+            "first, with the exact one-sided sign test. F4: median share of the final induction "
+            f"heads identified within {EARLY:.0%} of training (runs). F5: induction heads whose "
+            "participation ratio rises at or before their ratio crosses the threshold, exact "
+            "binomial p against 1/2. Ablation: median loss change zeroing the induction heads "
+            "vs as many other heads (runs where the induction heads cost more).", "",
+            *markdown.table(["task", "architecture", "screened", "with induction heads",
+                             "F1 early sinks", "F2 shape", "F3 ratio", f"F3 >= {MAGNITUDE}x",
+                             "F3 induction first", "F3 p", "F4 early share", "F5 PR first",
+                             "F5 p", "ablation dloss"], table)]
