@@ -20,6 +20,7 @@ MAX_TOKENS_PER_STATE = 1024
 MAX_STATES = 1024
 MAX_VOCAB = 2**20
 MAX_LENGTH = 1 << 16  # tokens in a sequence
+MAX_BINDINGS = 1 << 24  # key-value pairs an instance splits
 ENUMERABLE = 1 << 18  # state spaces up to this size are enumerated to find the held-out part
 
 
@@ -306,6 +307,9 @@ class MQARConfig(TaskConfig):
                     "sequence)")
         check_range(self, "n_values", 2, MAX_VOCAB)
         check_range(self, "gap", 0, MAX_LENGTH)
+        if self.n_keys * self.n_values > MAX_BINDINGS:
+            raise ValueError(f"n_values: the binding table n_keys*n_values must have at most "
+                             f"{MAX_BINDINGS:,} entries, got {self.n_keys}*{self.n_values}")
         if self.length > MAX_LENGTH:
             raise ValueError(f"gap: a sequence of 2*(n_pairs + queries) + gap = {self.length} "
                              f"tokens; must be at most {MAX_LENGTH}")

@@ -52,7 +52,9 @@ CONVENTIONS = (
     "held-out set); Bayes-optimal (where a perfect score is out of reach) knows the rule pool "
     "and infers the active rule from the prefix. Instances: distinct task instances (matrices "
     "or rule pools) among the seeds; flagged: seeds whose instance is degenerate (the CSV "
-    "and result.json say how). Config: hash of the row's config less the seed.")
+    "and result.json say how). State/layer: numbers one layer keeps per sequence to produce "
+    "the next token at the task's full length (a recurrent state, or the cache or inputs it "
+    "reads again). Config: hash of the row's config less the seed.")
 
 
 def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
@@ -171,13 +173,13 @@ def _fmt(x: float, digits: int = 3) -> str:
 def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
     header = ["task", "architecture", *(["lr"] if lr_column else []), "solved",
               "median steps [95% CI]", "quartiles", "width", "held-out acc", "train acc", "gap",
-              "instances", "params", "steps/s", "config"]
+              "instances", "params", "state/layer", "steps/s", "config"]
     cells = []
     for r in rows:
         if r["architecture"] in NULL_ROWS:
             cells.append([r["task"], f"*{r['architecture']}*", *(["-"] if lr_column else []),
                           "-", "-", "-", "-", _fmt(r["heldout_acc"]), "-", "-", "-", "-", "-",
-                          f"`{r['config']}`"])
+                          "-", f"`{r['config']}`"])
             continue
         budget = r["budget"]
         ci = f"[{steps_text(r['median_ci_low'])}, {steps_text(r['median_ci_high'])}]"
@@ -190,7 +192,9 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
             f"{steps_text(r['q1_steps'], budget)} to {steps_text(r['q3_steps'], budget)}",
             "-" if math.isnan(r["median_width"]) else f"{r['median_width']:.0f}",
             _fmt(r["heldout_acc"]), _fmt(r["train_acc"]), _fmt(r["gap"]), instances,
-            f"{r['params']:,}", f"{r['steps_per_s']:.1f}", f"`{r['config']}`",
+            f"{r['params']:,}",
+            "-" if r["state_per_layer"] is None else f"{r['state_per_layer']:,}",
+            f"{r['steps_per_s']:.1f}", f"`{r['config']}`",
         ])
     return markdown.table(header, cells)
 

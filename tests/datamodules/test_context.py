@@ -149,6 +149,10 @@ def test_bayes_ceiling_by_enumeration():
     ("mqar", ["n_queries=9"], "n_queries: must be in 0..8"),
     ("mqar", ["n_keys=4"], "n_keys: must be in 8.."),
     ("mqar", ["gap=-1"], "gap: must be in 0.."),
+    ("mqar", ["n_keys=1048576", "n_values=1048576"], "n_values: the binding table"),
+    ("mqar", ["held_out=nan"], "held_out: must be in (0, 1)"),
+    ("induction", ["n_repeats=0"], "n_repeats: must be in 1.."),
+    ("induction", ["length=1e9"], "length"),
 ])
 def test_bad_input_is_one_line(cli, name, fields, message):
     code, out = cli("task", name, *fields)
@@ -165,3 +169,8 @@ def test_bench_task_shows_them(cli, name):
     code, out = cli("task", name, "--json")
     data = json.loads(out.out)
     assert len(data["tokens"][0]) == len(data["loss_mask"]) + 1
+
+
+def test_an_instance_must_hold_out_some_places_but_not_all():
+    with pytest.raises(ValueError, match="held_out: .* holds out [01] of the 1 places"):
+        induction(length=25, segment=8, n_repeats=2)  # one place only: all or nothing
