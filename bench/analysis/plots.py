@@ -21,18 +21,14 @@ import numpy as np
 
 from ..core.emergence import higher_is_better
 from ..sweeps.axes import derived_axis
+from ..training.reports import pyplot
 from .labels import factor_groups
 
 Row = dict[str, Any]
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def _save(fig, path: Path) -> None:

@@ -38,7 +38,6 @@ Writes RUN_DIR/circuits/ (circuits.json, circuits.md, circuits.png).
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
@@ -51,9 +50,9 @@ from architectures import PatchesAttention
 
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..core.files import write_atomic
 from .checkpoint import analysis_steps, load_analysis_module
 from .config import build_run_task, load_run_config
+from .reports import pyplot, write_report
 
 CLASSES = ("induction", "duplicate", "previous", "first", "self", "local")
 THRESHOLDS = {"induction": 50.0, "duplicate": 30.0, "previous": 30.0, "first": 30.0,
@@ -269,7 +268,7 @@ def screen_run(run_dir: Path | str, thresholds: dict[str, float] | None = None,
     report = summarise(steps, thresholds, result)
     report["ablation"] = ablate(screen, steps[-1]["classes"])
     report.update(sequences=sequences, job_id=cfg.job_id(), task=result["config"]["task"])
-    write_report(run_dir / "circuits", report)
+    write_files(run_dir / "circuits", report)
     return report
 
 
@@ -377,14 +376,9 @@ def to_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(out: Path, report: dict[str, Any]) -> None:
+def write_files(out: Path, report: dict[str, Any]) -> None:
     """circuits.json, circuits.md and circuits.png in `out`, each replaced atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     steps = [max(s["step"], 1) for s in report["steps"]]
     n_layers = len(report["steps"][0]["classes"])
     fig, axes = plt.subplots(1, n_layers, figsize=(3.2 * n_layers, 3), squeeze=False,
@@ -397,10 +391,4 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
         ax.set_xlabel("step")
     axes[0][0].set_ylabel("fraction of heads")
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(out / "circuits.png", png.getvalue())
-    write_atomic(out / "circuits.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(out / "circuits.md", to_markdown(report))
+    write_report(out, "circuits", fig, report, to_markdown(report))

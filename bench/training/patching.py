@@ -13,7 +13,6 @@ a mixer that declares `PatchesAttention`.
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,9 @@ from architectures import PatchesAttention
 
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..core.files import write_atomic
 from .checkpoint import analysis_steps, load_analysis_module
 from .config import build_run_task, load_run_config
+from .reports import pyplot, write_report
 
 
 def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
@@ -150,7 +149,7 @@ def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = No
         raise ConfigError(f"arch.name: mixer '{patcher.cfg.arch.name}' exposes no attention "
                           "probabilities to patch (it must declare PatchesAttention)")
     report = analyse(patcher, pre, post)
-    write_report(run_dir / "patch", report)
+    write_files(run_dir / "patch", report)
     return report
 
 
@@ -216,14 +215,9 @@ def to_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(out: Path, report: dict[str, Any]) -> None:
+def write_files(out: Path, report: dict[str, Any]) -> None:
     """patch.json, patch.md and patch.png in `out`, each replaced atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
     labels = [f"L{h['layer']}H{h['head']}" for h in report["heads"]]
     a.bar(labels, [h["dp"] for h in report["heads"]])
@@ -239,10 +233,4 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
     b.set_xlabel("heads patched (K)")
     b.set_ylabel("p(correct)")
     b.legend(fontsize=7)
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(out / "patch.png", png.getvalue())
-    write_atomic(out / "patch.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(out / "patch.md", to_markdown(report))
+    write_report(out, "patch", fig, report, to_markdown(report))
