@@ -61,7 +61,7 @@ SCREEN_SEQUENCES = 2000
 SCREEN_STREAM = 5  # the screen batch's own generator stream
 LOCAL_WINDOW = 4
 ABLATION_SEED = 0
-SUMMARY_KEYS = ("thresholds", "overall", "induction_formation_step", "sink_half_step",
+SUMMARY_KEYS = ("thresholds", "overall", "formation", "induction_formation_step", "sink_half_step",
                 "sink_shape", "early_identification", "induction_heads",
                 "sinks_in_layers_0_1_at", "ablation", "sequences")
 
@@ -302,7 +302,8 @@ def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
                   for c in CLASSES} for s in steps]
     overall = {c: [sum(h == c for layer in s["classes"] for h in layer)
                    / sum(len(layer) for layer in s["classes"]) for s in steps] for c in CLASSES}
-    induction_step = next((s for s, f in zip(at, overall["induction"]) if f > 0), None)
+    formation = {c: next((s for s, f in zip(at, overall[c]) if f > 0), None) for c in CLASSES}
+    induction_step = formation["induction"]
     sink = overall["first"]
     sink_half = next((s for s, f in zip(at, sink) if f >= sink[-1] / 2), None) \
         if sink[-1] > 0 else None
@@ -328,6 +329,7 @@ def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
     sinks_in_early_layers = [s["step"] for s in steps
                              if any(c == "first" for layer in s["classes"][:2] for c in layer)]
     return {"steps": steps, "thresholds": thresholds, "fractions": fractions, "overall": overall,
+            "formation": formation,
             "induction_formation_step": induction_step, "sink_half_step": sink_half,
             "sink_shape": shape, "early_identification": identified,
             "induction_heads": heads, "sinks_in_layers_0_1_at": sinks_in_early_layers,
@@ -356,7 +358,9 @@ def to_markdown(r: dict[str, Any]) -> str:
              f"{r['induction_formation_step'] or '-'} (first checkpoint with an induction head); "
              f"the first-token (sink) fraction reaches half its final value at step "
              f"{r['sink_half_step'] or '-'} ({r['sink_shape']}). Sink heads in layers 0-1 at "
-             f"steps: {r['sinks_in_layers_0_1_at'] or 'none'}.", "",
+             f"steps: {r['sinks_in_layers_0_1_at'] or 'none'}. First checkpoint with a head of "
+             "each class: " + ", ".join(f"{c} {'-' if s is None else s}"
+                                        for c, s in r["formation"].items()) + ".", "",
              f"## Heads at step {last['step']} (selectivity ratios)", "",
              *markdown.table(["layer", "head", "class", *CLASSES, "PR"], rows),
              "", "## Over training (fraction of all heads per class)", "",

@@ -169,7 +169,10 @@ def test_a_run_is_screened_over_its_checkpoints(cli, induction_run):
     for s in report["steps"]:
         assert len(s["classes"]) == 2 and all(len(layer) == 2 for layer in s["classes"])
         assert all(c in ("", *CLASSES) for layer in s["classes"] for c in layer)
-    assert set(report["overall"]) == set(CLASSES)
+    assert set(report["overall"]) == set(CLASSES) == set(report["formation"])
+    for c, step in report["formation"].items():  # the first checkpoint with a head of the class
+        first = [s["step"] for s in report["steps"] if any(c in layer for layer in s["classes"])]
+        assert step == (first[0] if first else None)
     assert report["sink_shape"] in ("none", "gradual", "jump")
     assert (induction_run / "circuits" / "circuits.png").stat().st_size > 0
     assert "# Head screen" in captured.out
