@@ -56,6 +56,11 @@ def split_tokens(tokens: torch.Tensor) -> Batch:
     return Batch(tokens[:, :-1], tokens[:, 1:])
 
 
+def join_tokens(batch: Batch) -> torch.Tensor:
+    """The (B, n) sequences a Batch was split from (the inverse of `split_tokens`)."""
+    return torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1)
+
+
 def derive_seed(*numbers: int) -> int:
     """A 63-bit seed that depends on every number, none overlapping."""
     state = np.random.SeedSequence(list(numbers)).generate_state(1, np.uint64)[0]

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import EVAL_STREAM, make_generator
+from .base import EVAL_STREAM, join_tokens, make_generator
 from .config import InductionConfig
 from .context import ContextTask
 
@@ -110,8 +110,7 @@ class Induction(ContextTask):
         held = self.held.to(device)
         found = 0
         for step in steps:
-            batch = self.train_batch(step, device)
-            match = self.sources_matching(torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1))
+            match = self.sources_matching(join_tokens(self.train_batch(step, device)))
             found += int(((match & held).any(-1) & ~(match & ~held).any(-1)).sum())
         return found
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import EVAL_STREAM, make_generator
+from .base import EVAL_STREAM, join_tokens, make_generator
 from .config import MQARConfig
 from .context import ContextTask
 
@@ -70,8 +70,7 @@ class MQAR(ContextTask):
         scored = code(self.scored_pairs(held)[counted])
         found = 0
         for step in steps:
-            batch = self.train_batch(step, device)
-            tokens = torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1)
+            tokens = join_tokens(self.train_batch(step, device))
             found += int(torch.isin(code(self.bindings(tokens)), scored).sum())
         return found
 

@@ -15,7 +15,15 @@ import math
 
 import torch
 
-from .base import EVAL_STREAM, MAX_ROUNDS, EvalSet, SequenceTask, derive_seed, make_generator
+from .base import (
+    EVAL_STREAM,
+    MAX_ROUNDS,
+    EvalSet,
+    SequenceTask,
+    derive_seed,
+    join_tokens,
+    make_generator,
+)
 from .config import ENUMERABLE, StateTaskConfig
 from .split import all_states, state_hash
 
@@ -188,8 +196,7 @@ class StateSequenceTask(SequenceTask):
         scored = (scored * digits).sum(-1)
         found = 0
         for step in steps:
-            batch = self.train_batch(step, device)
-            tokens = torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1)
+            tokens = join_tokens(self.train_batch(step, device))
             found += int(torch.isin((self.sources(tokens) * digits).sum(-1), scored).sum())
         return found
 

@@ -150,14 +150,15 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
 def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     """Per row, the median emerger's influence maps before and at emergence beside the ground
     truth (scored rows only); False when no run kept maps."""
-    from .plots import _pyplot, _save, representative
+    from ..training.reports import pyplot
+    from .plots import _save, representative
 
     shown = [(row, representative(row["runs"])) for row in rows]
     shown = [(row, run) for row, run in shown
              if (run.get("influence") or {}).get("maps") and run.get("attention_target")]
     if not shown:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, grid = plt.subplots(len(shown), 3, figsize=(10, 2.8 * len(shown)), squeeze=False)
     for (row, run), axes in zip(shown, grid):
         inf = run["influence"]

@@ -27,18 +27,14 @@ from .labels import factor_groups
 Row = dict[str, Any]
 
 
-def _pyplot():
-    return pyplot()
-
-
 def _save(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 def emergence_curves(path: Path, title: str, summaries: list[tuple[Row, Any]]) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     tasks = list(dict.fromkeys(row["task"] for row, _ in summaries))  # one panel per task
     archs = sorted({row["architecture"] for row, _ in summaries})
     colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(archs)}  # same in each panel
@@ -69,7 +65,7 @@ def emergence_curves(path: Path, title: str, summaries: list[tuple[Row, Any]]) -
 
 # --- factors -----------------------------------------------------------------------------------
 def factors(path: Path, rows: list[Row], plots: list[list[str]]) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     panels = []  # (axes, {series label: [(values, row)]})
     for axes in plots:
         groups = factor_groups(rows, axes)  # supports = C(S, s): one series per S
@@ -172,7 +168,7 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
     shown = [(row, run) for row, run in shown if run.get("curves")]
     if not shown:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, grid = plt.subplots(len(shown), 2, figsize=(12, 2.9 * len(shown)), squeeze=False)
     for (row, run), (left, right) in zip(shown, grid):
         curves = run["curves"]
@@ -241,7 +237,7 @@ def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
     if not shown:
         return False
     shown = shown[:limit]
-    plt = _pyplot()
+    plt = pyplot()
     fig, grid = plt.subplots(len(shown), 2, figsize=(9, 4.2 * len(shown)), squeeze=False)
     for (row, run, best), (left, right) in zip(shown, grid):
         left.imshow(np.asarray(ground_truth(run)), cmap="Greys", vmin=0, vmax=1)

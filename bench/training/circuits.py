@@ -21,9 +21,10 @@ induction and 30x for the first token as in the paper; the others are this suite
 settable); a head above several thresholds is assigned the class it exceeds by the largest
 factor, one below all is unclassified. Beside the ratios, each head's **participation ratio**
 (PR = (sum of eigenvalues)^2 / sum of squares, of the covariance of the head's output at the
-copies' queries: the number of directions it writes, 1 .. d) measures the spectral diversity of
-its output; a head's output is read as the mixer's output with every other head's attention
-zeroed, so any `PatchesAttention` mixer can be screened.
+copies' queries in the batch's first chunk of `eval_rows` sequences: the number of directions it
+writes, 1 .. d) measures the spectral diversity of its output; a head's output is read as the
+mixer's output with every other head's attention zeroed, so any `PatchesAttention` mixer can be
+screened.
 
 Over the checkpoints: per layer, the fraction of heads in each class; the formation step of
 induction (first checkpoint with an induction head) and of sinks (first checkpoint where the
@@ -119,22 +120,28 @@ class Screen:
         self.module, self.task, self.tokens = module, task, tokens
         self.layers = [m for m in module.model.modules() if isinstance(m, PatchesAttention)]
         self.chunks = torch.arange(len(tokens)).split(task.eval_rows)
+        self.n_heads = [a.shape[1] for a in self.attention(self.chunks[0][:1])]  # per layer
+
+    @torch.no_grad()
+    def attention(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer, the (B, H, L, L) attention probabilities on the screen batch's `rows`."""
+        for m in self.layers:
+            m.record_attention = True
+        try:
+            self.module.model(self.tokens[rows, : self.task.seq_len])
+            return [m.last_attention.float() for m in self.layers]
+        finally:
+            for m in self.layers:
+                m.record_attention, m.last_attention = False, None
 
     @torch.no_grad()
     def ratios(self, keys: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """(layers, heads, classes) selectivity ratios."""
-        sums: dict[str, list[torch.Tensor]] = {}
+        sums: dict[str, torch.Tensor] = {}  # "class/layer" -> (2, H): sums on and off the keys
         L = self.task.seq_len
         causal = torch.ones(L, L, dtype=torch.bool).tril()
         for rows in self.chunks:
-            for m in self.layers:
-                m.record_attention = True
-            try:
-                self.module.model(self.tokens[rows, :L])
-                probs = [m.last_attention.float() for m in self.layers]  # (B, H, L, L)
-            finally:
-                for m in self.layers:
-                    m.record_attention, m.last_attention = False, None
+            probs = self.attention(rows)  # per layer (B, H, L, L)
             for name, (queries, on) in keys.items():
                 on, queries = on[rows], queries[rows]
                 off = causal & ~on
@@ -152,11 +159,11 @@ class Screen:
 
     @torch.no_grad()
     def participation(self) -> torch.Tensor:
-        """(layers, heads) participation ratio of each head's output at the copies' queries."""
+        """(layers, heads) participation ratio of each head's output at the copies' queries, over
+        the screen batch's first chunk (`eval_rows` sequences, all of a small batch)."""
         at = self.task.scored_positions()
         out = []
-        for i, layer in enumerate(self.layers):
-            n_heads = self.n_heads(i)
+        for i, (layer, n_heads) in enumerate(zip(self.layers, self.n_heads)):
             row = []
             for h in range(n_heads):
                 keep = torch.zeros(n_heads, dtype=torch.bool)
@@ -172,16 +179,6 @@ class Screen:
             out.append(row)
         return torch.tensor(out)
 
-    def n_heads(self, layer: int) -> int:
-        if not hasattr(self, "_heads"):
-            for m in self.layers:
-                m.record_attention = True
-            self.module.model(self.tokens[:1, : self.task.seq_len])
-            self._heads = [m.last_attention.shape[1] for m in self.layers]
-            for m in self.layers:
-                m.record_attention, m.last_attention = False, None
-        return self._heads[layer]
-
     @torch.no_grad()
     def loss(self, zeroed: dict[int, torch.Tensor] | None = None) -> float:
         """Mean loss on the scored targets with the attention of the `zeroed` heads (layer ->
@@ -196,8 +193,8 @@ class Screen:
         return total / count
 
     def _forward_masked(self, zeroed: dict[int, torch.Tensor], limit: int | None = None):
-        """Forward the screen batch (its first `limit` chunks) with zeroed heads; yields
-        (logits, rows) per chunk."""
+        """Forward the screen batch (its first `limit` chunks) with zeroed heads; (logits, rows)
+        per chunk."""
         results = []
         for rows in self.chunks[:limit]:
             for i, mask in zeroed.items():

@@ -18,7 +18,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
 
 from architectures import ArchConfig, Backbone, RecordsAttention
-from datamodules.base import Batch, SequenceTask, split_tokens
+from datamodules.base import Batch, SequenceTask, join_tokens, split_tokens
 
 from .config import TrainConfig
 from .influence import alignment, influence_map
@@ -138,7 +138,7 @@ class EmergenceModule(L.LightningModule):
         the task's (P, L)."""
         if not self.task.PER_SEQUENCE_PATTERN:
             return self.pattern
-        return self.task.patterns(torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1))
+        return self.task.patterns(join_tokens(batch))
 
     def head_mass(self, probs: torch.Tensor, pattern: torch.Tensor | None = None) -> torch.Tensor:
         """Attention probs (..., H, L, L) -> (H,): each head's mean mass on the parents, over

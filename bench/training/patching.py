@@ -78,7 +78,8 @@ class Patcher:
                 for m in post_layers:
                     m.record_attention, m.last_attention = False, None
         # each sequence's ground truth (per sequence for an in-context task), rows normalised
-        pattern = torch.zeros(len(self.inputs), *self.inputs.shape[1:], self.inputs.shape[1])
+        N, L = self.inputs.shape
+        pattern = torch.zeros(N, L, L)
         pattern[:, scored] = self.task.patterns(es.tokens[held])
         self.truth = pattern / pattern.sum(-1, keepdim=True).clamp_min(1)  # (N, L, L)
         self.has_parents = pattern.sum(-1) > 0  # (N, L)

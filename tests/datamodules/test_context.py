@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from datamodules import TASKS, build_task
+from datamodules.base import join_tokens
 from datamodules.config import InductionConfig, MQARConfig
 
 CPU = torch.device("cpu")
@@ -82,7 +83,7 @@ def test_no_training_copy_comes_from_a_held_out_place_and_every_evaluated_one_do
     assert task.leaks(range(300)) == 0  # 300 steps of 64 sequences
     for step in range(50):
         b = task.train_batch(step, CPU)
-        match = task.sources_matching(torch.cat([b.inputs, b.targets[:, -1:]], dim=1))
+        match = task.sources_matching(join_tokens(b))
         assert (match & ~held).any(-1).all()  # every copy fits a training place
     es = task.eval_set(CPU)
     match = task.sources_matching(es.tokens[~es.probe])
@@ -96,7 +97,7 @@ def test_no_training_sequence_binds_a_held_out_pair_and_only_they_are_counted():
     assert task.leaks(range(300)) == 0
     for step in range(50):
         b = task.train_batch(step, CPU)
-        tokens = torch.cat([b.inputs, b.targets[:, -1:]], dim=1)
+        tokens = join_tokens(b)
         assert not task.is_held_out(task.bindings(tokens)).any()
     es = task.eval_set(CPU)
     at = task.scored_positions()

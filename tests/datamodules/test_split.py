@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from datamodules import TASKS, build_task
-from datamodules.base import Batch, split_tokens
+from datamodules.base import Batch, join_tokens, split_tokens
 from datamodules.linear_map import LinearMap, LinearMapConfig
 from datamodules.states import SMALL_HELD_OUT
 
@@ -95,7 +95,7 @@ def test_a_lookup_table_of_training_transitions_is_no_better_than_no_context(nam
     table, votes = {}, {}
     for step in range(300):
         b = task.train_batch(step, CPU)
-        tokens = torch.cat([b.inputs, b.targets[:, -1:]], dim=1).view(64, -1, S).tolist()
+        tokens = join_tokens(b).view(64, -1, S).tolist()
         for seq in tokens:
             for t, (src, nxt) in enumerate(zip(seq, seq[1:])):
                 table[tuple(src)] = nxt
