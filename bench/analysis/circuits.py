@@ -14,8 +14,13 @@ Per row (one architecture on `induction`), over its screened runs, the second pa
   last checkpoint's induction heads already classified at the last checkpoint within 2% of
   training; median over runs with an induction circuit.
 - **F5** an induction head's participation ratio rises at or before its selectivity crosses the
-  threshold: heads where it does over all final induction heads, with the exact binomial p of
-  that count against 1/2.
+  threshold: the heads where it does over all final induction heads (descriptive); the test is
+  per run, since the heads of one run are not independent: the runs where most of their
+  induction heads do against the runs where most do not (ties dropped), exact two-sided sign
+  test.
+
+The sign tests' p-values are Holm-adjusted across the rows of the section (one family per
+finding); a verdict reads the adjusted p at the seed count the spec fixed.
 - Group ablation at the last checkpoint: median loss change with the induction heads' attention
   zeroed against as many other heads, and the runs where the induction heads cost more.
 """
@@ -26,7 +31,7 @@ import math
 from typing import Any
 
 from ..core import markdown
-from ..core.stats import finite_median
+from ..core.stats import finite_median, holm
 from .mechanism import median_interval
 
 EARLY = 0.02  # F4: "identified at 0.3-2% of training"
@@ -62,6 +67,9 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
             early.append(ident[within[-1]])
     heads = [h for c in runs for h in c["induction_heads"]]
     ahead = sum(h["pr_at_or_before"] for h in heads)
+    shares = [sum(h["pr_at_or_before"] for h in c["induction_heads"]) / len(c["induction_heads"])
+              for c in runs if c["induction_heads"]]
+    more, fewer = sum(x > 0.5 for x in shares), sum(x < 0.5 for x in shares)
     ablated = [c["ablation"] for c in runs if c["ablation"].get("dloss_induction") is not None
                and c["ablation"].get("dloss_control") is not None]
     return {
@@ -75,8 +83,8 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
         "f3_p": binomtest(first, len(ratios), 0.5, alternative="greater").pvalue
         if ratios else math.nan,
         "f4_runs": len(early), "f4_median": finite_median(early),
-        "f5_heads": len(heads), "f5_ahead": ahead,
-        "f5_p": binomtest(ahead, len(heads), 0.5).pvalue if heads else math.nan,
+        "f5_heads": len(heads), "f5_ahead": ahead, "f5_runs_more": more, "f5_runs_fewer": fewer,
+        "f5_p": binomtest(more, more + fewer, 0.5).pvalue if more + fewer else math.nan,
         "induction_runs": sum(bool(c["induction_heads"]) for c in runs),
         "ablation_runs": len(ablated),
         "dloss_induction": finite_median([a["dloss_induction"] for a in ablated]),
@@ -91,19 +99,23 @@ def _n(x: float, digits: int = 2) -> str:
 
 def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The section, or nothing when no run was screened."""
+    found = [(row, c) for row in rows if (c := row_circuits(row)) is not None]
+    for key in ("f3_p", "f5_p"):  # Holm across the rows, over the rows that have a test
+        tested = [c for _, c in found if math.isfinite(c[key])]
+        for c, adjusted in zip(tested, holm([c[key] for c in tested])):
+            c[f"{key}_holm"] = adjusted
     table = []
-    for row in rows:
-        c = row_circuits(row)
-        if c is None:
-            continue
+    for row, c in found:
         shapes = ", ".join(f"{k} {v}" for k, v in c["f2_shapes"].items() if v)
         table.append([
             row["task"], f"`{row['architecture']}`", c["runs"], c["induction_runs"],
             f"{c['f1_runs_with_early_sinks']}/{c['runs']}", shapes,
             f"{_n(c['f3_median'], 1)} [{_n(c['f3_low'], 1)}, {_n(c['f3_high'], 1)}]",
             f"{c['f3_magnitude']}/{c['f3_both']}", f"{c['f3_first']}/{c['f3_both']}",
-            _n(c["f3_p"], 3), f"{_n(c['f4_median'])} ({c['f4_runs']})",
-            f"{c['f5_ahead']}/{c['f5_heads']}", _n(c["f5_p"], 3),
+            f"{_n(c['f3_p'], 3)} ({_n(c.get('f3_p_holm', math.nan), 3)})",
+            f"{_n(c['f4_median'])} ({c['f4_runs']})",
+            f"{c['f5_ahead']}/{c['f5_heads']}", f"{c['f5_runs_more']} vs {c['f5_runs_fewer']}",
+            f"{_n(c['f5_p'], 3)} ({_n(c.get('f5_p_holm', math.nan), 3)})",
             f"{_n(c['dloss_induction'], 3)} vs {_n(c['dloss_control'], 3)} "
             f"({c['ablation_wins']}/{c['ablation_runs']})"])
     if not table:
@@ -116,10 +128,13 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
             f"[order-statistic interval]; runs at >= {MAGNITUDE}x; runs where induction came "
             "first, with the exact one-sided sign test. F4: median share of the final induction "
             f"heads identified within {EARLY:.0%} of training (runs). F5: induction heads whose "
-            "participation ratio rises at or before their ratio crosses the threshold, exact "
-            "binomial p against 1/2. Ablation: median loss change zeroing the induction heads "
-            "vs as many other heads (runs where the induction heads cost more).", "",
+            "participation ratio rises at or before their ratio crosses the threshold (pooled, "
+            "descriptive); runs where most of their induction heads do vs most do not, exact "
+            "two-sided sign test. p (Holm across the rows in brackets). Ablation: median loss "
+            "change zeroing the induction heads vs as many other heads (runs where the "
+            "induction heads cost more).", "",
             *markdown.table(["task", "architecture", "screened", "with induction heads",
                              "F1 early sinks", "F2 shape", "F3 ratio", f"F3 >= {MAGNITUDE}x",
-                             "F3 induction first", "F3 p", "F4 early share", "F5 PR first",
-                             "F5 p", "ablation dloss"], table)]
+                             "F3 induction first", "F3 p (Holm)", "F4 early share",
+                             "F5 PR first (heads)", "F5 runs", "F5 p (Holm)", "ablation dloss"],
+                            table)]

@@ -7,10 +7,11 @@ step 0 to its maximum; a curve that never rises by 0.02 has none. Per row: the l
 behind the emergence step over the emerged seeds (negative: the pattern led), its median with a
 distribution-free interval (order statistics of the binomial, at least 95% coverage), the share
 of seeds whose rise falls within one evaluation of emergence, and Spearman's rank correlation of
-rise and emergence steps across seeds with its exact permutation p-value (do seeds that find the
-pattern later emerge later?). Rows whose runs were patched (`train.patch`) add the fraction of
-the pre-to-post gap restored by the best head, by the greedy set of a quarter of the heads, by
-all heads, and by the ground-truth pattern in every head.
+rise and emergence steps across seeds with its permutation p-value, exact up to 9 seeds, else
+from 9,999 random pairings (do seeds that find the pattern later emerge later?). Rows whose
+runs were patched (`train.patch`) add the fraction of the pre-to-post gap restored by the best
+head, by the greedy set of a quarter of the heads, by all heads, and by the ground-truth
+pattern in every head.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
              f"rise of {MIN_RISE}). Lag = rise - emergence step over the emerged seeds "
              "(negative: the pattern led); interval: order statistics, >= 95% coverage; "
              "coincide: share of seeds within one evaluation; rho: Spearman's rank correlation "
-             "of rise and emergence steps across seeds, exact permutation p.", "",
+             "of rise and emergence steps across seeds, permutation p (exact up to 9 seeds, "
+             "else 9,999 random pairings), per row, not adjusted across rows.", "",
              *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
                               "lag interval", "coincide", "rho", "p"], lag_rows)]
     if patch_rows:

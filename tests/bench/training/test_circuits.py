@@ -151,10 +151,16 @@ def test_the_leaderboard_section_reads_the_findings():
     assert c["f3_median"] == 11.0  # ratios 20 and 2
     assert c["f4_runs"] == 2 and c["f4_median"] == 0.25  # step 50 is within 2% of 3000
     assert (c["f5_heads"], c["f5_ahead"]) == (3, 2)
+    # the test counts runs, not heads: run 1 (2 of 2 heads first) against run 2 (0 of 1)
+    assert (c["f5_runs_more"], c["f5_runs_fewer"]) == (1, 1) and c["f5_p"] == 1.0
+    assert c["f3_p"] == 0.25  # 2 of 2 runs with induction first, one-sided
     assert c["ablation_runs"] == 2 and c["ablation_wins"] == 1
     text = "\n".join(circuits_markdown([row]))
     assert "## Circuits" in text and "1/3" in text
     assert circuits_markdown([{**row, "runs": row["runs"][3:]}]) == []
+    # Holm across rows: two rows with the same F3 p of 0.25 are both adjusted to 0.5
+    text = "\n".join(circuits_markdown([row, {**row, "architecture": "other"}]))
+    assert text.count("0.250 (0.500)") == 2
 
 
 def test_a_run_is_screened_over_its_checkpoints(cli, induction_run):
