@@ -303,7 +303,7 @@ def perf(
 
 @app.command()
 def task(
-    name: Annotated[str, typer.Argument(help="task name (linear_map, cellular_automaton)")],
+    name: Annotated[str, typer.Argument(help="task name (`bench ls tasks` lists them)")],
     overrides: Overrides = None,
     samples: Annotated[int, typer.Option(min=1, max=1000, help="sequences to draw")] = 2,
     seed: Annotated[int, typer.Option(help="run seed: draws the sequences and, with "

@@ -7,9 +7,11 @@
 from .config import (
     PER_SEED,
     CellularAutomatonConfig,
+    DyckConfig,
     InductionConfig,
     LinearMapConfig,
     MQARConfig,
+    NCAConfig,
     TaskConfig,
 )
 
@@ -18,6 +20,8 @@ TASKS: dict[str, type[TaskConfig]] = {
     "cellular_automaton": CellularAutomatonConfig,
     "induction": InductionConfig,
     "mqar": MQARConfig,
+    "dyck": DyckConfig,
+    "nca": NCAConfig,
 }
 
 

@@ -142,6 +142,11 @@ class SequenceTask(L.LightningDataModule):
         return (q[None, :] < self.scored_positions().to(pattern.device)[:, None]).expand(
             pattern.shape)
 
+    def probe_counted(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, L) bool: the targets of probe sequences (N, n) that count, like the held-out
+        ones: by default every scored one."""
+        return self.loss_mask().expand(len(tokens), -1)
+
     def next_token_posterior(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, P, V): the Bayes-optimal predictor's distribution over each scored token of
         `tokens` (B, n), knowing the task's hidden parameters but not the sequence's own
@@ -228,7 +233,7 @@ class SequenceTask(L.LightningDataModule):
             probe = self.draw(self.probe_size, make_generator(self.instance_seed, PROBE_STREAM,
                                                               0, cpu))
             tokens = torch.cat([held, probe])
-            counted = torch.cat([counted, self.loss_mask().expand(len(probe), -1)])
+            counted = torch.cat([counted, self.probe_counted(probe)])
             is_probe = torch.arange(len(tokens)) >= len(held)
             self._eval = EvalSet(tokens.to(device), counted.to(device), is_probe.to(device))
         return self._eval

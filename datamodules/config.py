@@ -334,3 +334,93 @@ class MQARConfig(TaskConfig):
 
     def table_bytes(self) -> int:
         return self.n_keys * self.n_values  # the held-out bindings
+
+
+@dataclass
+class DyckConfig(TaskConfig):
+    """Dyck-k: balanced brackets of `n_types` types, nested at most `max_depth` deep, exactly
+    `length` tokens (balanced at the end). Trained on every next token; scored where the next
+    token is determined (a close the depth forces: at `max_depth`, or when the tokens left only
+    suffice to close). The held-out part is a set of stacks (the open brackets' types, outer to
+    inner, at depth >= 2): no training sequence ever holds one."""
+
+    SHOWN: ClassVar[tuple[str, ...]] = ("n_types", "max_depth", "length")
+    DATAMODULE: ClassVar[str] = "datamodules.dyck:Dyck"
+
+    name: str = "dyck"
+    n_types: int = 2
+    """bracket types k (>= 1): tokens 0..k-1 open, k..2k-1 close"""
+    max_depth: int = 4
+    """deepest nesting D (>= 2: a held-out stack has depth >= 2)"""
+    length: int = 32
+    """tokens in a sequence (even: it ends balanced)"""
+    p_open: float = 0.5
+    """probability of opening where both opening and closing are allowed, in (0, 1)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self, "n_types", 1, ENUMERABLE)
+        check_range(self, "max_depth", 2, 64)
+        if (self.n_types + 1) ** self.max_depth > ENUMERABLE:
+            raise ValueError(f"max_depth: (n_types+1)^max_depth = {self.n_types + 1}^"
+                             f"{self.max_depth} must be at most {ENUMERABLE:,} (every stack is "
+                             "enumerated to split them)")
+        check_range(self, "length", 4, MAX_LENGTH)
+        if self.length % 2:
+            raise ValueError(f"length: must be even (a sequence ends balanced), got "
+                             f"{self.length}")
+        if not 0 < self.p_open < 1:  # NaN fails too
+            raise ValueError(f"p_open: must be in (0, 1), got {self.p_open}")
+
+    @property
+    def vocab(self) -> int:
+        return 2 * self.n_types
+
+    @property
+    def seq_len(self) -> int:
+        return self.length - 1
+
+    def table_bytes(self) -> int:
+        return (self.n_types + 1) ** self.max_depth  # the held-out stacks, one byte each
+
+
+@dataclass
+class NCAConfig(StateTaskConfig):
+    """Neural cellular automata: T states of a `height` x `width` torus of `n_colors` colours,
+    each the previous one under a rule that is a small random network (a new one per sequence)
+    reading a cell's 3x3 neighbourhood; its output logits are quantised to a colour by argmax.
+    The model must infer each sequence's rule in context."""
+
+    SHOWN: ClassVar[tuple[str, ...]] = ("height", "width", "n_colors", "n_states")
+    DATAMODULE: ClassVar[str] = "datamodules.nca:NCA"
+
+    name: str = "nca"
+    height: int = 4
+    """rows of the grid (>= 3: the 3x3 window may not wrap onto itself)"""
+    width: int = 4
+    """columns of the grid (>= 3)"""
+    n_colors: int = 2
+    """colours K (>= 2): the tokens"""
+    hidden: int = 16
+    """hidden units of each sequence's rule network (one-hot 3x3 window -> hidden -> K)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self, "height", 3, MAX_TOKENS_PER_STATE)
+        check_range(self, "width", 3, MAX_TOKENS_PER_STATE)
+        check_range(self, "n_colors", 2, 1024)
+        check_range(self, "hidden", 1, 4096)
+        if self.height * self.width > MAX_TOKENS_PER_STATE:
+            raise ValueError(f"width: a state of height*width = {self.height * self.width} "
+                             f"cells; must be at most {MAX_TOKENS_PER_STATE}")
+
+    @property
+    def tokens_per_state(self) -> int:
+        return self.height * self.width
+
+    @property
+    def vocab(self) -> int:
+        return self.n_colors
+
+    def rule_bytes(self) -> int:
+        return 0  # a rule is drawn per sequence

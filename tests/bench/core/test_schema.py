@@ -42,8 +42,9 @@ def test_ls_lists_fields_and_defaults_and_refuses_unknown_names(cli):
     fields = {f["name"]: f for f in json.loads(captured.out)["linear_map"]}
     assert fields["sparsity"]["default"] == 1 and "ones per row" in fields["sparsity"]["doc"]
     assert cli("ls", "models")[0] == 2
-    code, captured = cli("ls", "tasks", "dyck")
-    assert code == 2 and "allowed: linear_map, cellular_automaton, induction, mqar" in captured.err
+    code, captured = cli("ls", "tasks", "parity")
+    assert code == 2 and ("allowed: linear_map, cellular_automaton, induction, mqar, dyck, nca"
+                          in captured.err)
 
 
 def test_the_architectures_read_from_source_match_the_classes():
