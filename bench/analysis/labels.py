@@ -51,9 +51,18 @@ def arch_defaults(name: str) -> dict[str, Any] | None:
 
 
 def row_labels(config: dict[str, Any]) -> tuple[str, str]:
-    """(task, architecture) as the leaderboard shows them."""
-    return (task_label(config["task"]),
-            label(config["arch"], arch_defaults(config["arch"]["name"])))
+    """(task, architecture) as the leaderboard shows them; a warm-up is part of the
+    architecture's history, shown after it."""
+    arch = label(config["arch"], arch_defaults(config["arch"]["name"]))
+    return task_label(config["task"]), arch + warmup_label(config.get("pretrain"))
+
+
+def warmup_label(pretrain: dict[str, Any] | None) -> str:
+    """` after dyck(...) x500 (body)`, or nothing for a run from scratch."""
+    if not pretrain:
+        return ""
+    return (f" after {task_label(pretrain['task'])} x{pretrain['steps']} "
+            f"(lr {pretrain['lr']:g}, {pretrain['transfer']})")
 
 
 # --- axes: a row's value on a swept factor ------------------------------------------------------
@@ -62,12 +71,14 @@ def series(config: dict[str, Any], axes: list[str]) -> str:
     trimmed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for axis in axes:
         section, _, name = axis.partition(".")
-        trimmed.get(section, {}).pop(name, None)
+        (trimmed.get(section) or {}).pop(name, None)
     task, arch = trimmed["task"], trimmed["arch"]
     labels = [task_label(task) if "name" in task else
               label({**task, "name": "task"}, None),
               label(arch, arch_defaults(arch["name"])) if "name" in arch else
               label({**arch, "name": "arch"}, None)]
+    if not any(a.startswith("pretrain.") for a in axes):  # warm-ups differ between series
+        labels[-1] += warmup_label(config.get("pretrain"))
     return " / ".join(dict.fromkeys(labels))
 
 

@@ -23,7 +23,8 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     experiment: the part job ids and leaderboard rows are keyed by (results from before a knob
     existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
     train = {k: v for k, v in config.get("train", {}).items() if k not in OPERATIONAL}
-    out = {k: v for k, v in config.items() if k != "plugins"} | {"train": train}
+    out = {k: v for k, v in config.items()  # no warm-up: ids as before the field existed
+           if k != "plugins" and not (k == "pretrain" and v is None)} | {"train": train}
     if "emergence" in config:
         out["emergence"] = {k: v for k, v in config["emergence"].items()
                             if k not in MEASUREMENT_ONLY}

@@ -27,6 +27,11 @@ def axis_value(config: dict[str, Any], axis: str) -> float:
             raise ConfigError(f"plots: '{axis}' is not an axis of the {task['name']} task; "
                               f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
         return schema.derived(axis, task)
+    if axis.startswith("pretrain."):  # a warm-up field; from scratch reads `none`
+        value: Any = config.get("pretrain") or "none"
+        for key in axis.split(".")[1:]:
+            value = value.get(key, "none") if isinstance(value, dict) else "none"
+        return value
     section, _, name = axis.partition(".")
     if name not in config.get(section, {}):
         raise ConfigError(f"plots: '{axis}' is not a field of every row's {section}")

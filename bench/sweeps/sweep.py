@@ -65,6 +65,9 @@ class SweepSpec:
     plugins: list[str] = field(default_factory=list)
     """modules every worker imports before building its job (each may call
     architectures.register), so registered plug-in names work under every executor"""
+    pretrain: list[Any] = field(default_factory=list)
+    """warm-ups to compare, an axis of the grid: each `none` (from scratch) or a pretrain
+    section (task, steps, lr, transfer); empty trains every job from scratch"""
     tune: dict[str, Any] = field(default_factory=dict)
     """{lr: [rates], seeds: count or list}: choose each row's learning rate on these seeds
     (a count n means seeds 1000 .. 1000+n-1), disjoint from `seeds`; the table reports only
@@ -193,8 +196,9 @@ def grid_size(section: dict[str, Any]) -> int:
 
 
 def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig]:
+    warmups = spec.pretrain or ["none"]
     count = (sum(grid_size(t) for t in spec.tasks) * sum(grid_size(a) for a in spec.archs)
-             * len(lrs) * len(seeds))
+             * len(lrs) * len(seeds) * len(warmups))
     if count > MAX_JOBS:
         raise ConfigError(f"task, archs, lr, seeds: the grid lists {count:,} jobs; must be at "
                           f"most {MAX_JOBS:,} (split the sweep)")
@@ -203,15 +207,16 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
             for i, arch_section in enumerate(spec.archs):
                 for arch in grid(arch_section, f"archs[{i}]"):
-                    for lr in lrs:
-                        train = {**spec.train, **({"lr": lr} if lr is not None else {})}
-                        for seed in seeds:
-                            jobs.append(_job(task, arch, train, spec, seed, i))
+                    for j, pre in enumerate(warmups):
+                        for lr in lrs:
+                            train = {**spec.train, **({"lr": lr} if lr is not None else {})}
+                            for seed in seeds:
+                                jobs.append(_job(task, arch, train, spec, seed, i, pre, j))
     check_sweep_trainer(spec.trainer)
     check_plot_axes(spec.plots, jobs)
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
-        raise ConfigError("archs: two entries resolve to the same architecture config")
+        raise ConfigError("archs, pretrain: two entries resolve to the same config")
     check_tasks(jobs)
     return jobs
 
@@ -227,8 +232,10 @@ def check_tests(tests: list[Any]) -> None:
             raise ValueError(f"tests: unknown keys {sorted(extra) or ['against']} in {entry!r}; "
                              "allowed: compare, against, trend")
         field = entry.get("compare") or entry.get("trend")
-        if not isinstance(field, str) or field.split(".")[0] not in ("task", "arch", "train"):
-            raise ValueError(f"tests: '{field}' is not task.FIELD, arch.FIELD or train.FIELD")
+        if not isinstance(field, str) or field.split(".")[0] not in ("task", "arch", "train",
+                                                                     "pretrain"):
+            raise ValueError(f"tests: '{field}' is not task.FIELD, arch.FIELD, train.FIELD or "
+                             "pretrain.FIELD")
 
 
 def check_tasks(jobs: list[RunConfig]) -> None:
@@ -238,6 +245,7 @@ def check_tasks(jobs: list[RunConfig]) -> None:
     before anything is written."""
     from ..training.config import build_run_task
     from ..training.memory import check_memory
+    from ..training.pretrain import check_pretrain
 
     sized = set()
     for job in jobs:
@@ -252,6 +260,11 @@ def check_tasks(jobs: list[RunConfig]) -> None:
         if key not in seen:
             seen.add(key)
             build_run_task(job)
+        if job.pretrain is not None:  # its instance (per seed) and its transfer set
+            key = (repr(job.pretrain), repr(job.arch), repr(job.task), job.seed)
+            if key not in seen:
+                seen.add(key)
+                check_pretrain(job)
 
 
 def check_plot_axes(plots: list[list[str]], jobs: list[RunConfig]) -> None:
@@ -274,13 +287,15 @@ def check_sweep_trainer(trainer: dict[str, Any]) -> None:
                           "command per rank, which a sweep cannot; use ddp_spawn in sweeps")
 
 
-def _job(task, arch, train, spec, seed, i) -> RunConfig:
+def _job(task, arch, train, spec, seed, i, pretrain="none", j=0) -> RunConfig:
     overrides = {"task": task, "arch": arch, "train": train, "emergence": spec.emergence,
-                 "trainer": spec.trainer, "seed": seed, "plugins": spec.plugins}
+                 "trainer": spec.trainer, "seed": seed, "plugins": spec.plugins,
+                 "pretrain": pretrain}
     try:
         return load_run_config(overrides)
     except ConfigError as e:
-        where = f"archs[{i}]: " if str(e).startswith("arch.") else ""
+        where = (f"archs[{i}]: " if str(e).startswith("arch.") else
+                 f"pretrain[{j}]: " if str(e).startswith("pretrain") else "")
         raise ConfigError(f"{where}{e}") from None
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -103,6 +104,42 @@ class TrainConfig:
                 raise ValueError(f"{name}: must be in {bounds}, got {value}")
 
 
+TRANSFER_SETS = ("all", "body")
+
+
+@dataclass
+class PretrainConfig:
+    """A warm-up (pre-pretraining) phase: the same backbone trains `steps` steps on another task
+    first, then the target run starts from the weights `transfer` names, with a fresh
+    optimizer. Steps-to-emergence counts target steps only; the warm-up's cost is recorded
+    beside it."""
+
+    task: Any = None
+    """the warm-up task's config (section chosen by pretrain.task.name: dyck, nca or any task)"""
+    steps: int = 1000
+    """warm-up optimizer steps (batch size, weight decay, clip and LR warm-up as in train)"""
+    lr: float = 1e-3
+    """the warm-up's peak AdamW learning rate"""
+    transfer: str = "body"
+    """what the target run starts from: body (every weight but the token and position
+    embeddings and the LM head, which depend on the vocabulary and length), all (every weight:
+    the two tasks' vocabularies and lengths must match), or a regular expression that the
+    transferred parameters' names match from their start (e.g. blocks\\.0\\.)"""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.steps <= 10**8:
+            raise ValueError(f"steps: must be in 1..{10**8} (omit pretrain for no warm-up), "
+                             f"got {self.steps}")
+        if not 0 < self.lr <= 1e6:  # NaN fails too
+            raise ValueError(f"lr: must be in (0, 1e+06], got {self.lr}")
+        if self.transfer not in TRANSFER_SETS:
+            try:
+                re.compile(self.transfer)
+            except re.error as e:
+                raise ValueError(f"transfer: must be {', '.join(TRANSFER_SETS)} or a regular "
+                                 f"expression over parameter names ({e})") from None
+
+
 # Trainer arguments the runner sets itself; everything else in `trainer.*` passes through.
 RESERVED_TRAINER_KEYS = {
     "max_steps": "train.max_steps",
@@ -142,6 +179,9 @@ class RunConfig:
     plugins: list[str] = field(default_factory=list)
     """modules imported before arch.name is resolved, in every process that runs the job (each
     may call architectures.register); where code lives, not the experiment: not in job ids"""
+    pretrain: Any = None
+    """a warm-up phase before the target task (PretrainConfig: task, steps, lr, transfer);
+    None trains from scratch (and leaves job ids as they were)"""
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < SEED_LIMIT:
@@ -159,7 +199,7 @@ class RunConfig:
 
 
 
-def _named_schema(raw: DictConfig, section: str, default: str) -> type:
+def _named_schema(raw: DictConfig, section: str, default: str, where: str = "") -> type:
     """The dataclass that `<section>.name` selects: a task, or an architecture or plug-in."""
     name = OmegaConf.select(raw, f"{section}.name", default=default)
     if section == "arch":
@@ -168,13 +208,28 @@ def _named_schema(raw: DictConfig, section: str, default: str) -> type:
         except ContractError as e:
             raise ConfigError(f"arch.name: {e}") from None
     if name not in TASKS:
-        raise ConfigError(f"task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
+        raise ConfigError(f"{where}task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
     return TASKS[name]
 
 
-def _registered(raw: DictConfig, section: str, default: str) -> Any:
-    """Build `raw[section]` with the schema its `name` selects."""
-    return build_section(_named_schema(raw, section, default), raw.get(section), section)
+def _registered(raw: DictConfig, section: str, default: str, where: str = "") -> Any:
+    """Build `raw[section]` with the schema its `name` selects (`where` prefixes the field
+    names in errors: `pretrain.`)."""
+    return build_section(_named_schema(raw, section, default, where), raw.get(section),
+                         f"{where}{section}")
+
+
+def _pretrain(raw: Any) -> PretrainConfig | None:
+    """The pretrain section: None (or absent) for no warm-up, else its task and fields."""
+    if raw is None or (isinstance(raw, str) and raw == "none"):
+        return None
+    if not OmegaConf.is_dict(raw):
+        raise ConfigError(f"pretrain: a mapping (task, steps, lr, transfer) or none, got {raw!r}")
+    if "task" not in raw:
+        raise ConfigError("pretrain.task: missing; name the warm-up task (pretrain.task.name)")
+    task = _registered(raw, "task", "dyck", "pretrain.")
+    rest = {k: v for k, v in raw.items() if k != "task"}
+    return dataclasses.replace(build_section(PretrainConfig, rest, "pretrain"), task=task)
 
 
 def _one_line(error: OmegaConfBaseException) -> str:
@@ -295,10 +350,12 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     arch = _registered(raw, "arch", "transformer")
     train = build_section(TrainConfig, raw.get("train"), "train")
     emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
+    pretrain = _pretrain(raw.get("pretrain"))
     rest = {k: v for k, v in raw.items() if k in ("trainer", "seed", "plugins")}
     base = build_section(RunConfig, rest, "")
     check_trainer(base.trainer)
-    return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence)
+    return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence,
+                               pretrain=pretrain)
 
 
 def build_run_task(cfg: RunConfig) -> SequenceTask:
@@ -442,6 +499,7 @@ def _build_cpu_trainer(options_repr: str) -> None:
 
 
 __all__ = [
-    "ArchConfig", "ConfigError", "EmergenceCriterion", "RunConfig", "TaskConfig", "TrainConfig",
+    "ArchConfig", "ConfigError", "EmergenceCriterion", "PretrainConfig", "RunConfig",
+    "TaskConfig", "TrainConfig",
     "load_run_config", "load_task_config", "parse_overrides",
 ]

@@ -39,6 +39,7 @@ from .config import RunConfig, build_run_task
 from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
+from .pretrain import check_pretrain, read_record, warm_up
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
             "fla-core", "triton", "mamba-ssm")
@@ -137,9 +138,16 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         check_mixer(cfg.arch, task.seq_len)
     except ContractError as e:
         raise ConfigError(f"arch.name: {e}") from None
+    check_pretrain(cfg)
     resume = resume_point(run_dir, cfg.job_id())
     L.seed_everything(cfg.seed, verbose=False)
     module = EmergenceModule(cfg.arch, cfg.train, task)
+    warmed = None
+    if cfg.pretrain is not None:  # a resumed run's checkpoint holds the transferred weights
+        run_dir.mkdir(parents=True, exist_ok=True)
+        warmed = read_record(run_dir) if resume else None
+        if warmed is None:
+            warmed = warm_up(cfg, module, run_dir, trainer_options(cfg, progress))
     emergence = emergence_callback(cfg, task)
     recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
     trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress,
@@ -153,6 +161,8 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         return None
     remove_resume_checkpoint(run_dir)
     result = json.loads((run_dir / "result.json").read_text())
+    if warmed is not None:
+        result["pretrain"] = warmed
     if keeps_analysis_checkpoints(cfg):
         result["checkpoints"] = {s: analysis_path(run_dir, s).stat().st_size
                                  for s in analysis_steps(run_dir)}
@@ -175,7 +185,7 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
             analysis_path(run_dir, s).unlink()
         remove_resume_checkpoint(run_dir)
         result["checkpoints"] = {}
-    if "checkpoints" in result:
+    if "checkpoints" in result or warmed is not None:
         write_json_atomic(run_dir / "result.json", result)
     return result
 
