@@ -113,3 +113,43 @@ def test_a_sweep_compares_warm_ups_as_an_axis(spec_file):
     with pytest.raises(ConfigError, match=r"pretrain.transfer: pos is \(11, 32\) in the "
                        r"warm-up model \(dyck"):
         expand(load_spec(bad))
+
+
+@pytest.mark.slow
+def test_a_killed_warmed_run_resumes_without_warming_up_again(tmp_path, monkeypatch):
+    """The resume checkpoint holds the transferred weights; the warm-up's record is read back."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bench.training import run as run_module
+    from bench.training.checkpoint import resume_path
+
+    overrides = [*TARGET, *WARM, "arch.name=mlp_mixer", "pretrain.task.length=12",
+                 "train.max_steps=150", "train.checkpoint_every=50", "emergence.stop_early=false",
+                 "trainer.log_every_n_steps=1"]
+    whole = run_module.train(load_run_config(overrides), tmp_path / "whole", progress=False)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", *overrides, "--out",
+                             str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not resume_path(killed).is_file() and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "result.json").exists(), "the run finished before it was killed"
+
+    def no_second_warm_up(*args, **kwargs):
+        raise AssertionError("warmed up again")
+
+    monkeypatch.setattr(run_module, "warm_up", no_second_warm_up)
+    resumed = run_module.train(load_run_config(overrides), killed, progress=False)
+    timings = {"wall_time_s", "steps_per_s", "tokens_per_s", "wall_time_to_emergence_s",
+               "pretrain"}
+    assert {k: v for k, v in resumed.items() if k not in timings} == \
+        {k: v for k, v in whole.items() if k not in timings}
+    assert {k: v for k, v in resumed["pretrain"].items() if k != "wall_time_s"} == \
+        {k: v for k, v in whole["pretrain"].items() if k != "wall_time_s"}
