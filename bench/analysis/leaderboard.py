@@ -26,6 +26,7 @@ from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .labels import record_defaults, row_labels
 from .mechanism import influence_figure, mechanism_markdown
+from .warmups import warmup_markdown
 
 COLUMNS = [
     "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
@@ -238,7 +239,7 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
         lines += ["", "Flagged instances (degenerate but kept):",
                   *[f"- {f}" for f in flags[:10]]]
     lines += ["", *tests]
-    for section in (mechanism_markdown(rows), circuits_markdown(rows)):
+    for section in (warmup_markdown(rows), mechanism_markdown(rows), circuits_markdown(rows)):
         if section:
             lines += [*([""] if lines[-1] else []), *section, ""]
     captions = {"emergence": "fraction of seeds emerged vs step (95% band)",

@@ -3,11 +3,13 @@ target run counts its own steps only, job ids include the warm-up (and only a wa
 transfer that cannot be mapped is one line with nothing written."""
 
 import json
+import math
 
 import lightning as L
 import pytest
 import torch
 
+from bench.analysis.warmups import saved
 from bench.core.errors import ConfigError
 from bench.core.rows import job_id
 from bench.sweeps.sweep import expand, load_spec
@@ -153,3 +155,31 @@ def test_a_killed_warmed_run_resumes_without_warming_up_again(tmp_path, monkeypa
         {k: v for k, v in whole.items() if k not in timings}
     assert {k: v for k, v in resumed["pretrain"].items() if k != "wall_time_s"} == \
         {k: v for k, v in whole["pretrain"].items() if k != "wall_time_s"}
+
+
+def test_a_warm_up_leaderboard_labels_its_rows_and_tests_the_warm_up(spec_file, cli):
+    warm = {"task": {"name": "dyck", "length": 16}, "steps": 20, "lr": 0.01}  # L = 15 both
+    path = spec_file(archs=[{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}],
+                     pretrain=["none", warm], train={**load_spec(spec_file()).train,
+                                                     "max_steps": 100},
+                     tests=[{"compare": "pretrain.task.name", "against": "none"}])
+    assert cli("sweep", str(path), "--no-progress")[0] == 0
+    markdown = (path.with_suffix("") / "leaderboard.md").read_text()
+    rows = [line for line in markdown.splitlines()  # the main table's rows (a solve rate)
+            if line.startswith("| linear_map") and "/2 (" in line]
+    arch = "mlp_mixer(d_model=32, n_layers=1)"
+    assert sum(f"`{arch}`" in r for r in rows) == 1
+    assert sum(f"`{arch} after dyck(n_types=2, max_depth=4, length=16) x20 (lr 0.01, body)`"
+               in r for r in rows) == 1
+    assert "compare pretrain.task.name" in markdown and "dyck vs none" in markdown
+    assert "| dyck | 20 | 10,240 |" in markdown  # the warm-up section: its cost per run
+
+
+@pytest.mark.parametrize("scratch, warm, expect", [
+    (1000, 400, ("+600", True)), (1000, 700, ("+300", False)), (500, 600, ("-100", False)),
+    (math.inf, 1000, ("> 3,000", True)), (math.inf, 3800, ("> 200", None)),
+    (900, math.inf, ("< -3,100", False)), (math.inf, math.inf, ("-", None)),
+])
+def test_steps_saved_and_repaid_are_bounds_where_a_median_is_past_the_budget(scratch, warm,
+                                                                             expect):
+    assert saved(scratch, warm, 4000, 500) == expect
