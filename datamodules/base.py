@@ -82,14 +82,16 @@ class SequenceTask(L.LightningDataModule):
     """the ground-truth pattern depends on the sequence (`patterns`), not only on the task"""
 
     def __init__(self, config: TaskConfig, batch_size: int = 64, eval_size: int = 512,
-                 seed: int = 0, probe_size: int = 256):
+                 seed: int = 0, probe_size: int = 256, screen_size: int = 0):
         super().__init__()
         self.config = config
         self.batch_size = batch_size
         self.eval_size = eval_size
         self.probe_size = probe_size
+        self.screen_size = screen_size
         self.seed = seed
         self._eval: EvalSet | None = None
+        self._screen_rows = 0
         self._references: dict[str, dict[str, float]] | None = None
 
     # --- what a concrete task defines -------------------------------------------------------
@@ -225,16 +227,23 @@ class SequenceTask(L.LightningDataModule):
         return tokens
 
     def eval_set(self, device: torch.device) -> EvalSet:
-        """The fixed evaluation set, cached on `device`: held-out sequences then the probe."""
+        """The fixed evaluation set, cached on `device`: held-out sequences and the probe. With
+        a screen, its rows come first: the first `screen_size` held-out sequences and half as
+        many probe ones; every other row follows (held-out rows keep their order)."""
         if self._eval is None or self._eval.tokens.device != device:
             cpu = torch.device("cpu")
             held, counted = self.held_out_sequences()
             held = self._noise(held, make_generator(self.instance_seed, EVAL_STREAM, 2, cpu))
             probe = self.draw(self.probe_size, make_generator(self.instance_seed, PROBE_STREAM,
                                                               0, cpu))
-            tokens = torch.cat([held, probe])
-            counted = torch.cat([counted, self.probe_counted(probe)])
-            is_probe = torch.arange(len(tokens)) >= len(held)
+            h, p = min(self.screen_size, len(held)), min(self.screen_size // 2, len(probe))
+            self._screen_rows = h + p if self.screen_size else 0
+            probe_counted = self.probe_counted(probe)
+            tokens = torch.cat([held[:h], probe[:p], held[h:], probe[p:]])
+            counted = torch.cat([counted[:h], probe_counted[:p], counted[h:], probe_counted[p:]])
+            is_probe = torch.cat([torch.zeros(h, dtype=torch.bool), torch.ones(p, dtype=torch.bool),
+                                  torch.zeros(len(held) - h, dtype=torch.bool),
+                                  torch.ones(len(probe) - p, dtype=torch.bool)])
             self._eval = EvalSet(tokens.to(device), counted.to(device), is_probe.to(device))
         return self._eval
 
@@ -291,9 +300,22 @@ class SequenceTask(L.LightningDataModule):
         return split_tokens(self.draw(self.batch_size, gen).tensor_split(world)[rank])
 
     def eval_chunks(self, world: int = 1) -> list[tuple[int, int]]:
-        """Row slices of the evaluation set, one forward pass of every rank each."""
-        return chunk_bounds(len(self.eval_set(torch.device("cpu")).tokens),
-                            self.eval_rows * world, world)
+        """Row slices of the evaluation set, one forward pass of every rank each; with a
+        screen, the first chunk is the screen."""
+        return self._chunks(world)[0]
+
+    def screen_chunks(self, world: int = 1) -> int:
+        """How many of the first `eval_chunks` make the screen (0 without one)."""
+        return self._chunks(world)[1]
+
+    def _chunks(self, world: int) -> tuple[list[tuple[int, int]], int]:
+        n = len(self.eval_set(torch.device("cpu")).tokens)
+        size, screen = self.eval_rows * world, self._screen_rows
+        if not screen or screen >= n:
+            return chunk_bounds(n, size, world), 0
+        first = chunk_bounds(screen, size, world)
+        rest = [(a + screen, b + screen) for a, b in chunk_bounds(n - screen, size, world)]
+        return first + rest, len(first)
 
     def eval_batch(self, device: torch.device, rank: int = 0, world: int = 1,
                    chunk: int | None = None) -> Batch:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Metric = Literal["val/loss", "val/token_acc", "val/exact_acc"]
+SCREEN_MARGIN = 0.2
+"""progress below the threshold's at which a screened evaluation still evaluates the whole set"""
 
 
 @dataclass
@@ -142,6 +144,19 @@ class EmergenceTracker:
         start = state["streak_start"]
         self._streak_start = (int(start[0]), float(start[1])) if start else None
         self._streak = int(state["streak"])
+
+    def needs_full(self, screened: float) -> bool:
+        """Whether an evaluation whose screen (a fixed subset) read `screened` must evaluate
+        the whole set: while the outcome is open, when a run of passing evaluations is under
+        way, the screen is not finite, or it is within SCREEN_MARGIN of the threshold in
+        progress units (so every evaluation that could pass, or break a streak, is a full one).
+        """
+        if self.status != "running":
+            return False
+        if self._streak or not math.isfinite(screened):
+            return True
+        return (self.progress(screened)
+                >= self.progress(self.criterion.threshold) - SCREEN_MARGIN)
 
     def finish(self, budget_step: int) -> Status:
         """Close the run: still running at the end of the budget means censored."""

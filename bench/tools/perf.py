@@ -8,8 +8,12 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
 - steps/s and tokens/s of both paths (median step time of each stretch, robust to the hiccups
   of a shared machine) and their ratio per repeat (median and range);
 - the share of the bare step spent drawing the batch;
-- the share of wall time one held-out evaluation takes at the default cadence
-  (one evaluation pass / (pass + eval_every steps));
+- the share of wall time evaluation takes at the default cadence (one evaluation / (it +
+  eval_every steps)): the screened evaluation a run makes at almost every cadence point
+  (`train.screen_size` sequences, analysis included), and a whole one (made only at step 0, at
+  the end and where the outcome could turn on it);
+- the share of the analysis within it: the influence map and the attention statistics' own
+  arithmetic (recording the maps inside the forward pass counts as evaluation);
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
 - per mixer, the exponent of step time against sequence length (a log-log fit over the lengths).
@@ -117,24 +121,31 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
 
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
     task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size,
-                      probe_size=cfg.train.probe_size, seed=0)
+                      probe_size=cfg.train.probe_size, seed=0,
+                      screen_size=cfg.train.screen_size)
     torch.manual_seed(0)
     module = EmergenceModule(cfg.arch, cfg.train, task).to(device)
     bare = BareLoop(module, task, device)
     first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
     steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
-    lightning, plain, gen, evals = [], [], [], []
+    lightning, plain, gen, evals, wholes, analyses = [], [], [], [], [], []
     for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
-        step_s, eval_s = lightning_stretch(cfg, module, task, warmup, steps, accelerator)
+        step_s, eval_s, whole_s, analysis_s = lightning_stretch(cfg, module, task, warmup, steps,
+                                                                accelerator)
         lightning.append(step_s)  # median step time, robust to this machine's hiccups
         evals.append(eval_s)
+        wholes.append(whole_s)
+        analyses.append(analysis_s)
         durations, gen_s = bare.run(steps)
         plain.append(statistics.median(durations))
         gen.append(gen_s / sum(durations))
     ratio = [a / b for a, b in zip(lightning, plain)]
     tokens = cfg.train.batch_size * task.n_tokens
     step_l, step_b = statistics.median(lightning), statistics.median(plain)
-    eval_share = [e / (e + cfg.train.eval_every * s) for e, s in zip(evals, lightning)]
+    def share(seconds: list[float]) -> float:
+        return statistics.median(e / (e + cfg.train.eval_every * s)
+                                 for e, s in zip(seconds, lightning))
+
     if accelerator == "gpu":
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
@@ -148,7 +159,9 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
         "lightning_step_ms": 1000 * step_l, "bare_step_ms": 1000 * step_b,
         "overhead": statistics.median(ratio), "overhead_min": min(ratio),
         "overhead_max": max(ratio), "batch_share": statistics.median(gen),
-        "eval_share": statistics.median(eval_share), "eval_every": cfg.train.eval_every,
+        "eval_share": share(evals), "whole_eval_share": share(wholes),
+        "analysis_share": share(analyses), "eval_every": cfg.train.eval_every,
+        "screen_size": cfg.train.screen_size,
         "peak_mib": peak,
     }
 
@@ -191,18 +204,23 @@ class BareLoop:
 
 
 def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: str):
-    """Train warmup + steps through the runner's Trainer with one evaluation in the middle;
-    return (median seconds per timed step, seconds of that evaluation)."""
+    """Train warmup + steps through the runner's Trainer with two evaluations inside: at a third
+    a screened one, as a run makes at almost every cadence point, and at two thirds a whole one;
+    return (median seconds per timed step, seconds of the screened evaluation, of the whole one,
+    and of the analysis within the screened one)."""
     import dataclasses
 
     from lightning.pytorch.callbacks import Callback
 
     from ..training.run import build_trainer, emergence_callback
 
+    every = max((warmup + steps) // 3, 1)  # evaluations at a third and two thirds
+
     class Timer(Callback):
         def __init__(self):
             self.ends: list[float] = []
-            self.v0, self.val = 0.0, 0.0
+            self.v0, self.a0 = 0.0, 0.0
+            self.evals: list[tuple[float, float]] = []  # (seconds, analysis seconds)
 
         def on_train_batch_end(self, trainer, *args):
             if trainer.global_step >= warmup:
@@ -211,26 +229,36 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
 
                     torch.cuda.synchronize()
                 self.ends.append(time.perf_counter())
+            if trainer.global_step >= warmup + steps:
+                trainer.should_stop = True  # the budget is set past the stretch: no evaluation
+                # in it is the run's last (always whole)
 
-        def on_validation_start(self, trainer, *args):
-            self.v0 = time.perf_counter()
+        def on_validation_start(self, trainer, pl_module):
+            self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s
 
-        def on_validation_end(self, trainer, *args):
+        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
+            screen = trainer.datamodule.screen_chunks(trainer.world_size)
+            if batch_idx == screen - 1 and not trainer.sanity_checking:
+                # the first evaluation stops at its screen, the second is whole
+                pl_module.skip_from = screen if not self.evals else None
+
+        def on_validation_end(self, trainer, pl_module):
             if not trainer.sanity_checking:  # the step-0 evaluation is not part of the cadence
-                self.val += time.perf_counter() - self.v0
+                self.evals.append((time.perf_counter() - self.v0, pl_module.analysis_s - self.a0))
 
     timer = Timer()
-    mid = warmup + steps // 2
     run_cfg = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, max_steps=warmup + steps, eval_every=mid),
+        cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
+                                       eval_every=every),
         trainer={"accelerator": accelerator, "log_every_n_steps": cfg.train.eval_every})
     emergence = emergence_callback(cfg, task)
     emergence.tracker.criterion = dataclasses.replace(cfg.emergence, stop_early=False)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(run_cfg, Path(tmp), [emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
-    # step time: the median gap between step ends (the gap holding the evaluation is an outlier)
-    return statistics.median(np.diff(timer.ends)), timer.val
+    (screened, analysis), (whole, _) = timer.evals[0], timer.evals[1]
+    # step time: the median gap between step ends (the gaps holding evaluations are outliers)
+    return statistics.median(np.diff(timer.ends)), screened, whole, analysis
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -259,12 +287,13 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += markdown.table(
         ["mixer", "size", "L", "path", "compile", "Lightning steps/s", "bare steps/s",
          "Lightning/bare step time [range]", "tokens/s", "batch gen", f"eval @{eval_every}",
-         "peak MiB"],
+         "analysis", "whole eval", "peak MiB"],
         [[r["arch"], r["size"], r["seq_tokens"] - 1, r["kernel_path"],
           "yes" if r["compile"] else "no", f"{r['lightning_steps_per_s']:.1f}",
           f"{r['bare_steps_per_s']:.1f}", f"{r['overhead']:.3f} [{r['overhead_min']:.3f}, "
           f"{r['overhead_max']:.3f}]", f"{r['lightning_tokens_per_s']:,.0f}",
-          f"{r['batch_share']:.1%}", f"{r['eval_share']:.1%}", f"{r['peak_mib']:,.0f}"]
+          f"{r['batch_share']:.1%}", f"{r['eval_share']:.1%}",
+          f"{r['analysis_share']:.1%}", f"{r['whole_eval_share']:.1%}", f"{r['peak_mib']:,.0f}"]
          for r in report["rows"]])
     if report["exponents"]:
         lines += ["", "Step time grows as L^k over the lengths measured: " + ", ".join(

@@ -32,6 +32,19 @@ class EmergenceCallback(Callback):
         self._before = state_dict["elapsed"]
         self._t0 = time.perf_counter() - self._before  # whichever hook runs first
 
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                                outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """After the screen's last chunk: end the evaluation there unless the whole set could
+        change the outcome (step 0 and the last evaluation are always whole)."""
+        screen = trainer.datamodule.screen_chunks(trainer.world_size)
+        if batch_idx != screen - 1 or trainer.sanity_checking:
+            return
+        last = trainer.global_step + trainer.val_check_interval > trainer.max_steps
+        full = last or self.tracker.needs_full(pl_module.current(self.tracker.criterion.metric))
+        if not trainer.strategy.broadcast(full, src=0):
+            pl_module.skip_from = screen
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # the sanity check evaluates the whole set before the first step: the step-0 point
         metrics = trainer.callback_metrics

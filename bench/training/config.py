@@ -57,6 +57,12 @@ class TrainConfig:
     probe_size: int = 256
     """training sequences evaluated beside them: accuracy on the training distribution, so
     memorisation shows as a gap"""
+    screen_size: int = 128
+    """held-out sequences (with half as many training-probe ones) evaluated at every
+    evaluation; the rest of the set is evaluated only where the outcome could turn on it: at
+    step 0, at the last evaluation, and while the run is open with the screen within reach of
+    the threshold or a passing streak under way (bench.core.emergence.SCREEN_MARGIN); 0
+    evaluates the whole set every time; not part of the job id"""
     compile: bool = False
     """torch.compile the model (speed only: not part of the job id)"""
     checkpoint_every: int = 500
@@ -85,8 +91,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
                            ("probe_size", 2**20), ("warmup_steps", 10**8),
-                           ("checkpoint_every", 10**8), ("influence_size", 2**16)):
-            low = 0 if name in ("warmup_steps", "checkpoint_every", "influence_size") else 1
+                           ("checkpoint_every", 10**8), ("influence_size", 2**16),
+                           ("screen_size", 2**20)):
+            low = 0 if name in ("warmup_steps", "checkpoint_every", "influence_size",
+                                "screen_size") else 1
             if not low <= getattr(self, name) <= high:
                 raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
         if not 1 <= self.eval_every <= self.max_steps:
@@ -364,7 +372,7 @@ def build_run_task(cfg: RunConfig) -> SequenceTask:
     try:
         task = build_task(cfg.task, batch_size=cfg.train.batch_size,
                           eval_size=cfg.train.eval_size, probe_size=cfg.train.probe_size,
-                          seed=cfg.seed)
+                          seed=cfg.seed, screen_size=cfg.train.screen_size)
         task.references()  # draws the evaluation set (a held-out part may be empty)
     except ValueError as e:
         raise ConfigError(f"task.{e}") from None

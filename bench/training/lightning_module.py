@@ -9,6 +9,7 @@ evaluated sequences puts on its ground-truth parents (max over heads, per layer 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import lightning as L
@@ -44,6 +45,8 @@ class EmergenceModule(L.LightningModule):
         self.last_head_mass: list[torch.Tensor] = []  # per layer (H,), last eval batch
         self.task = task
         self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (P, L), rounded
+        self.skip_from: int | None = None  # this evaluation stops at this chunk (a screen)
+        self.analysis_s = 0.0  # seconds of analysis arithmetic (bench perf reads it)
         # not a registered submodule: the compiled wrapper shares the model's parameters
         object.__setattr__(self, "forward_fn",
                            torch.compile(self.model) if train.compile else self.model)
@@ -67,9 +70,23 @@ class EmergenceModule(L.LightningModule):
             self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def on_validation_epoch_start(self) -> None:
+        self.skip_from = None  # the emergence callback may end this evaluation at the screen
+
+    def current(self, metric: str) -> float:
+        """`metric` over the chunks evaluated so far in this evaluation (the screen's value)."""
+        value = {"val/loss": self.val_loss, "val/token_acc": self.val_token_acc,
+                 "val/exact_acc": self.val_exact_acc}[metric].compute()
+        return float(value)
+
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        if self.skip_from is not None and batch_idx >= self.skip_from:
+            return
+        # attention statistics on the screen's chunks (the first chunk without a screen): a
+        # fixed subset every evaluation, and no (H, L, L) maps for the rest of the set
+        stats = batch_idx < max(self.task.screen_chunks(self.trainer.world_size), 1)
         for m in self.attention:
-            m.record_attention = True
+            m.record_attention = stats
         logits, targets = self.scored_logits(batch)  # (B, P, V), (B, P)
         for m in self.attention:
             m.record_attention = False
@@ -94,7 +111,8 @@ class EmergenceModule(L.LightningModule):
                        "train/token_acc": self.probe_token_acc,
                        "train/exact_acc": self.probe_exact_acc},
                       batch_size=B)  # synced by torchmetrics
-        if self.attention:
+        if self.attention and stats:
+            start = time.perf_counter()
             self.attention_maps = [m.last_attention.mean(0) for m in self.attention]
             truth = self.batch_pattern(batch)
             self.last_head_mass = [self.head_mass(m.last_attention, truth)
@@ -103,13 +121,17 @@ class EmergenceModule(L.LightningModule):
             mass = {"val/parent_mass": mass.max(),
                     **{f"val/parent_mass_l{i}": v for i, v in enumerate(mass)}}
             self.log_dict(mass, batch_size=B, sync_dist=self.trainer.world_size > 1)
+            self.analysis_s += time.perf_counter() - start
 
     def on_validation_epoch_end(self) -> None:
-        """The influence map of every mixer (bench.training.influence) on the first
-        `train.influence_size` held-out sequences, and its alignment with the ground truth."""
+        """Whether this evaluation covered the whole set (val/full), and the influence map of
+        every mixer (bench.training.influence) on the first `train.influence_size` held-out
+        sequences, with its alignment with the ground truth."""
+        self.log("val/full", float(self.skip_from is None), batch_size=1)
         n = self.train_config.influence_size
         if not n:
             return
+        start = time.perf_counter()
         with torch.inference_mode(False), torch.enable_grad():
             es = self.task.eval_set(self.device)
             held = (~es.probe).nonzero().squeeze(1)[:n]
@@ -126,6 +148,7 @@ class EmergenceModule(L.LightningModule):
         self.influence_maps[self.global_step] = influence.round(decimals=3).tolist()
         self.log_dict({"val/influence_mass": mass, "val/influence_auroc": auroc},
                       batch_size=len(held))
+        self.analysis_s += time.perf_counter() - start
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["influence_maps"] = self.influence_maps  # a resumed run keeps the earlier ones

@@ -68,6 +68,8 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
         assert r["lightning_steps_per_s"] > 0 and r["bare_steps_per_s"] > 0
         assert r["overhead_min"] <= r["overhead"] <= r["overhead_max"]
         assert 0 < r["batch_share"] < 1 and 0 < r["eval_share"] < 1 and r["peak_mib"] > 0
+        assert 0 < r["analysis_share"] < r["eval_share"] < 1 and r["screen_size"] == 128
+        assert 0 < r["whole_eval_share"] < 1
         assert r["lightning_tokens_per_s"] == pytest.approx(
             r["lightning_steps_per_s"] * r["batch_size"] * r["seq_tokens"])
     assert set(report["exponents"]) == {"mlp_mixer"}
