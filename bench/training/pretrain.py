@@ -109,8 +109,10 @@ def warm_up(cfg: RunConfig, module: EmergenceModule, run_dir: Path,
     L.seed_everything(derive_seed(cfg.seed, PRETRAIN_STREAM) % 2**32, verbose=False)
     warm = EmergenceModule(cfg.arch, train, task)
     names = check_transfer(cfg, warm.model, module.model)
+    # one device: under a multi-device launcher every rank warms up alike (same seed, same data)
     options = {**trainer_options, "enable_checkpointing": False, "num_sanity_val_steps": 0,
-               "log_every_n_steps": pre.steps}
+               "log_every_n_steps": pre.steps, "devices": 1, "num_nodes": 1,
+               "strategy": "auto"}
     trainer = L.Trainer(max_steps=pre.steps, limit_val_batches=0, logger=False,
                         gradient_clip_val=train.grad_clip or None, **options)
     start = time.perf_counter()
