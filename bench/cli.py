@@ -290,6 +290,10 @@ def perf(
     accelerator: Annotated[str, typer.Option(help="cpu or gpu")] = "cpu",
     out: Annotated[Path, typer.Option(help="where perf.md, perf.json, perf.png go")]
     = Path("runs/perf"),
+    seeds_per_hour: Annotated[int, typer.Option(
+        "--seeds-per-hour", min=0, max=100_000,
+        help="also measure quickstart seeds per hour per executor setting, training this "
+             "many steps per worker (0 = off)")] = 0,
 ) -> None:
     """Time the suite's Lightning step against a bare PyTorch loop, per mixer and length."""
     from .sweeps.results import check_out_dir
@@ -297,7 +301,7 @@ def perf(
 
     check_out_dir(out)
     run_perf(arch or DEFAULT_ARCHS, sizes.split(","), repeats, batch, seconds, warmup, compile_,
-             accelerator, out)
+             accelerator, out, seeds_per_hour)
     print((out / "perf.md").read_text())
 
 

@@ -16,7 +16,14 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
   arithmetic (recording the maps inside the forward pass counts as evaluation);
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
-- per mixer, the exponent of step time against sequence length (a log-log fit over the lengths).
+- per mixer, the exponent of step time against sequence length (a log-log fit over the lengths);
+- with `--seeds-per-hour`, the figure a sweep is planned by: finished seeds of a quickstart-sized
+  job per hour, per executor setting (workers x threads on CPU; workers per GPU on CUDA). Each
+  setting runs `workers` concurrent processes that each train the quickstart job through the
+  runner (evaluation, screens and influence maps at the default cadence) for a fixed stretch of
+  steps; their summed steps/s over the slowest worker's training time, divided by the job's
+  budget (JOB_STEPS, the quickstart spec's: a censored seed's cost; an emerging seed stops
+  sooner, so this is the floor).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ DEFAULT_ARCHS = ["arch.name=transformer arch.n_heads=4 arch.head_dim=16",
                  "arch.name=gated_deltanet arch.n_heads=2 arch.head_dim=32",
                  "arch.name=rwkv arch.head_dim=16 arch.low_rank_dim=8"]
 QUICKSTART = {"name": "linear_map", "state_size": 12, "sparsity": 1, "n_states": 2}  # L = 23
+JOB_STEPS = 2000  # the quickstart spec's budget: one seed's cost at most
 
 
 @dataclass(frozen=True)
@@ -261,6 +269,72 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
     return statistics.median(np.diff(timer.ends)), screened, whole, analysis
 
 
+# --- seeds per hour ----------------------------------------------------------------------------
+def settings(accelerator: str) -> list[tuple[int, int]]:
+    """(workers, threads each) to compare: on CPU one process with every core and one process
+    per core (and per pair of cores past 4); on CUDA 1, 2 and 4 workers per device."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if accelerator == "gpu":
+        return [(w, max(cores // w, 1)) for w in (1, 2, 4)]
+    out = [(1, cores), (cores, 1)]
+    if cores >= 4:
+        out.append((cores // 2, 2))
+    return out
+
+
+def seeds_per_hour(cfgs: list[Any], steps: int, accelerator: str) -> list[dict[str, Any]]:
+    """Per mixer (its quickstart config) and setting: finished quickstart seeds per hour."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    rows = []
+    ctx = mp.get_context("spawn")
+    for cfg in cfgs:
+        config = cfg.to_dict()
+        config["train"] |= {"max_steps": steps, "checkpoint_every": 0}
+        config["emergence"] |= {"stop_early": False}
+        config["trainer"] = {"accelerator": accelerator}
+        for workers, threads in settings(accelerator):
+            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                walls = list(pool.map(_timed_job, [config] * workers, range(workers),
+                                      [threads] * workers))
+            rate = workers * steps / max(walls)  # steps/s of the whole machine
+            rows.append({"arch": cfg.arch.name, "workers": workers, "threads": threads,
+                         "steps_per_s": rate, "seeds_per_hour": rate * 3600 / JOB_STEPS})
+    return rows
+
+
+def _timed_job(config: dict[str, Any], index: int, threads: int) -> float:
+    """Train one job in this worker process; return its training wall time (the runner's)."""
+    import torch
+
+    from ..training.run import quiet_lightning, train
+
+    torch.set_num_threads(threads)
+    quiet_lightning()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train(load_run_config({**config, "seed": index}), Path(tmp), progress=False)
+    return result["wall_time_s"]
+
+
+def seeds_markdown(rows: list[dict[str, Any]], accelerator: str) -> list[str]:
+    """The seeds-per-hour table, each mixer's best setting in bold."""
+    best = {}
+    for r in rows:
+        if r["seeds_per_hour"] > best.get(r["arch"], 0):
+            best[r["arch"]] = r["seeds_per_hour"]
+    unit = "workers per GPU" if accelerator == "gpu" else "workers x threads"
+    return ["", f"Seeds per hour of a quickstart-sized job ({JOB_STEPS:,} steps, the quickstart "
+            "budget; an emerging seed stops sooner) by executor setting "
+            f"(`--executor processes`, {unit}):", "",
+            *markdown.table(["mixer", "setting", "steps/s (machine)", "seeds/hour"], [
+                [r["arch"], f"{r['workers']} x {r['threads']}", f"{r['steps_per_s']:.1f}",
+                 (f"**{r['seeds_per_hour']:.0f}**" if r["seeds_per_hour"] == best[r["arch"]]
+                  else f"{r['seeds_per_hour']:.0f}")] for r in rows])]
+
+
 # --- the report -------------------------------------------------------------------------------
 def length_points(rows: list[dict[str, Any]], arch: str) -> list[tuple[int, float]]:
     """(tokens per sequence, Lightning step ms) of one mixer at the length sizes, uncompiled."""
@@ -298,6 +372,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     if report["exponents"]:
         lines += ["", "Step time grows as L^k over the lengths measured: " + ", ".join(
             f"{a} k={k:.2f}" for a, k in report["exponents"].items()) + "."]
+    if report.get("seeds"):
+        lines += seeds_markdown(report["seeds"], report.get("accelerator", "cpu"))
     lines += ["", "![step time vs length](perf.png)", ""]
     return "\n".join(lines)
 
@@ -321,7 +397,8 @@ def plot(path: Path, report: dict[str, Any]) -> None:
 
 
 def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int, target_s: float,
-             warmup: int, compile_: bool, accelerator: str, out: Path) -> dict[str, Any]:
+             warmup: int, compile_: bool, accelerator: str, out: Path,
+             seed_steps: int = 0) -> dict[str, Any]:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -335,6 +412,9 @@ def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int,
         raise ConfigError(f"--accelerator: must be cpu or gpu, got '{accelerator}'")
     if accelerator == "gpu" and not torch.cuda.is_available():
         raise ConfigError("--accelerator: gpu, but CUDA is not available here")
+    if 0 < seed_steps < 50:
+        raise ConfigError(f"--seeds-per-hour: steps per worker must be 0 (off) or at least 50 "
+                          f"(one evaluation at the default cadence), got {seed_steps}")
     size_list = sizes(size_labels, batch)
     plans = configs(archs, size_list, False)
     if compile_:  # compiled variants at the first size only: compilation costs minutes on CPU
@@ -349,9 +429,13 @@ def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int,
     device = (torch.cuda.get_device_name() if accelerator == "gpu"
               else f"CPU ({platform.processor() or platform.machine()}, "
                    f"{torch.get_num_threads()} threads)")
+    seeds = (seeds_per_hour([plan[0] for plan in configs(archs, sizes(["quickstart"], batch),
+                                                         False)], seed_steps, accelerator)
+             if seed_steps else [])
     report = {"date": time.strftime("%Y-%m-%d"), "repeats": repeats,
               "machine": {"device": device, "torch": torch.__version__},
-              "versions": versions(), "rows": rows, "exponents": exponents(rows)}
+              "accelerator": accelerator, "versions": versions(), "rows": rows,
+              "exponents": exponents(rows), "seeds": seeds}
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "perf.json", report)
     (out / "perf.md").write_text(to_markdown(report))

@@ -5,6 +5,7 @@ Nothing here asserts a speed: timings are measured by the command, not by tests.
 
 import dataclasses
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -99,3 +100,19 @@ def test_perf_bad_input_is_one_line(cli, tmp_path):
         code, captured = cli("perf", *args, "--out", str(tmp_path / "p"))
         assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1
         assert not (tmp_path / "p").exists()
+
+
+def test_perf_measures_seeds_per_hour_per_executor_setting(cli, tmp_path):
+    out = tmp_path / "perf"
+    code, captured = cli("perf", "--arch", "arch.name=mlp_mixer arch.d_model=16 arch.n_layers=1",
+                         "--sizes", "quickstart", "--repeats", "1", "--seconds", "0.05",
+                         "--warmup", "1", "--seeds-per-hour", "50", "--out", str(out))
+    assert code == 0, captured.err
+    seeds = json.loads((out / "perf.json").read_text())["seeds"]
+    assert {(r["workers"], r["threads"]) for r in seeds} >= {(1, os.cpu_count()),
+                                                             (os.cpu_count(), 1)}
+    for r in seeds:
+        assert r["seeds_per_hour"] == pytest.approx(r["steps_per_s"] * 3600 / 2000)
+    assert "Seeds per hour of a quickstart-sized job" in (out / "perf.md").read_text()
+    code, captured = cli("perf", "--seeds-per-hour", "10", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--seeds-per-hour: steps per worker must be 0" in captured.err
