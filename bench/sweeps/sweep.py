@@ -216,7 +216,9 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
     check_plot_axes(spec.plots, jobs)
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
-        raise ConfigError("archs, pretrain: two entries resolve to the same config")
+        raise ConfigError("archs, pretrain: two entries resolve to the same config"
+                          if spec.pretrain else
+                          "archs: two entries resolve to the same architecture config")
     check_tasks(jobs)
     return jobs
 
