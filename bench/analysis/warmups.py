@@ -65,8 +65,9 @@ def warmup_markdown(rows: list[dict[str, Any]]) -> list[str]:
         return []
     return ["Warm-ups: each warm-up row's cost and the target steps it saved against the same "
             "configuration from scratch (Kaplan-Meier medians; repaid: saved >= the warm-up's "
-            "own steps; its held-out accuracy is on the warm-up task's own held-out part, "
-            "against that task's ceiling).", "",
+            "own steps; a description of the medians, not a test: the tests above say whether "
+            "a difference is detected; its held-out accuracy is on the warm-up task's own "
+            "held-out part, against that task's ceiling).", "",
             *markdown.table(["task", "architecture", "warm-up", "warm-up steps",
                              "warm-up tokens", "warm-up held-out acc", "median from scratch",
                              "median after warm-up", "steps saved", "repaid"], out)]

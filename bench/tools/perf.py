@@ -122,15 +122,12 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
 
     import torch
 
-    from datamodules import build_task
-
+    from ..training.config import task_instance
     from ..training.lightning_module import EmergenceModule
     from ..training.run import kernel_path
 
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
-    task = build_task(cfg.task, batch_size=cfg.train.batch_size, eval_size=cfg.train.eval_size,
-                      probe_size=cfg.train.probe_size, seed=0,
-                      screen_size=cfg.train.screen_size)
+    task = task_instance(cfg.task, cfg.train, seed=0)
     torch.manual_seed(0)
     module = EmergenceModule(cfg.arch, cfg.train, task).to(device)
     bare = BareLoop(module, task, device)

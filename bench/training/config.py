@@ -366,16 +366,24 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
                                pretrain=pretrain)
 
 
+def task_instance(config: TaskConfig, train: TrainConfig, seed: int,
+                  where: str = "task.") -> SequenceTask:
+    """The instance of `config` a run with `train` and `seed` trains on, its evaluation set
+    drawn; an instance the task refuses is a one-line ConfigError prefixed by `where`."""
+    try:
+        task = build_task(config, batch_size=train.batch_size, eval_size=train.eval_size,
+                          probe_size=train.probe_size, seed=seed,
+                          screen_size=train.screen_size)
+        task.references()  # draws the evaluation set (a held-out part may be empty)
+    except ValueError as e:
+        raise ConfigError(f"{where}{e}") from None
+    return task
+
+
 def build_run_task(cfg: RunConfig) -> SequenceTask:
     """The job's task instance, checked: an instance the task refuses, or an emergence threshold
     outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
-    try:
-        task = build_task(cfg.task, batch_size=cfg.train.batch_size,
-                          eval_size=cfg.train.eval_size, probe_size=cfg.train.probe_size,
-                          seed=cfg.seed, screen_size=cfg.train.screen_size)
-        task.references()  # draws the evaluation set (a held-out part may be empty)
-    except ValueError as e:
-        raise ConfigError(f"task.{e}") from None
+    task = task_instance(cfg.task, cfg.train, cfg.seed)
     if task.PER_SEQUENCE_PATTERN and getattr(cfg.arch, "attention_bias", 0):
         raise ConfigError(f"arch.attention_bias: must be 0 on {cfg.task.name}, whose "
                           "ground-truth pattern changes with every sequence")

@@ -27,11 +27,10 @@ import torch
 from torch import nn
 
 from architectures import Backbone
-from datamodules import build_task
 from datamodules.base import derive_seed
 
 from ..core.errors import ConfigError
-from .config import PretrainConfig, RunConfig
+from .config import PretrainConfig, RunConfig, task_instance
 from .lightning_module import EmergenceModule
 
 PRETRAIN_STREAM = 5  # the warm-up model's initialisation seed stream
@@ -73,14 +72,7 @@ def check_transfer(cfg: RunConfig, source: nn.Module, target: nn.Module) -> list
 
 def pretrain_task(cfg: RunConfig) -> Any:
     """The warm-up's task instance (its held-out part drawn), or a one-line ConfigError."""
-    t = cfg.train
-    try:
-        task = build_task(cfg.pretrain.task, batch_size=t.batch_size, eval_size=t.eval_size,
-                          probe_size=t.probe_size, seed=cfg.seed)
-        task.references()
-    except ValueError as e:
-        raise ConfigError(f"pretrain.task.{e}") from None
-    return task
+    return task_instance(cfg.pretrain.task, cfg.train, cfg.seed, "pretrain.task.")
 
 
 def check_pretrain(cfg: RunConfig) -> None:
