@@ -35,6 +35,8 @@ from .split import chunk_bounds
 
 TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM = 0, 1, 3, 4
 EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's whole set is one)
+SCREEN_TOKENS = 1 << 13  # a screen's held-out sequences hold at most this many tokens (long
+SCREEN_MIN_ROWS = 16  # sequences hold many scored positions each), but never fewer than 16
 MAX_ROUNDS = 64  # rejection rounds before a sampler gives up with a clear error
 
 
@@ -236,7 +238,8 @@ class SequenceTask(L.LightningDataModule):
             held = self._noise(held, make_generator(self.instance_seed, EVAL_STREAM, 2, cpu))
             probe = self.draw(self.probe_size, make_generator(self.instance_seed, PROBE_STREAM,
                                                               0, cpu))
-            h, p = min(self.screen_size, len(held)), min(self.screen_size // 2, len(probe))
+            size = min(self.screen_size, max(SCREEN_MIN_ROWS, SCREEN_TOKENS // self.n_tokens))
+            h, p = min(size, len(held)), min(size // 2, len(probe))
             self._screen_rows = h + p if self.screen_size else 0
             probe_counted = self.probe_counted(probe)
             tokens = torch.cat([held[:h], probe[:p], held[h:], probe[p:]])

@@ -166,12 +166,14 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
         inf = run["influence"]
         steps, maps = inf["steps"], inf["maps"]
         em = run["steps_to_emergence"]
-        at = steps.index(em) if em in steps else len(steps) - 1
+        at = next((i for i, s in enumerate(steps) if em is not None and s >= em),
+                  len(steps) - 1)
         before = max(at - 1, 0)
         truth = run["attention_target"]
         P = len(maps[0])
-        scored = [i for i, r in enumerate(truth) if any(r)][:P] or list(range(len(truth) - P,
-                                                                             len(truth)))
+        scored = inf.get("rows") or (  # runs before the row sample measured every scored row
+            [i for i, r in enumerate(truth) if any(r)][:P] or list(range(len(truth) - P,
+                                                                         len(truth))))
         panels = [(maps[before], f"step {steps[before]}"), (maps[at], f"step {steps[at]}"),
                   ([truth[i] for i in scored], "ground truth")]
         for ax, (m, title) in zip(axes, panels):

@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 # train fields that change speed, what is kept on disk or what is measured, not what is trained
-OPERATIONAL = ("compile", "checkpoint_every", "keep_checkpoints", "influence_size", "patch",
-               "circuits", "screen_size")
+OPERATIONAL = ("compile", "checkpoint_every", "keep_checkpoints", "influence_size",
+               "influence_rows", "influence_every", "patch", "circuits", "screen_size")
 MEASUREMENT_ONLY = ("refine",)  # emergence fields that add a measurement, not change the run
 # `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
 # trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)

@@ -59,10 +59,12 @@ class TrainConfig:
     memorisation shows as a gap"""
     screen_size: int = 128
     """held-out sequences (with half as many training-probe ones) evaluated at every
-    evaluation; the rest of the set is evaluated only where the outcome could turn on it: at
-    step 0, at the last evaluation, and while the run is open with the screen within reach of
-    the threshold or a passing streak under way (bench.core.emergence.SCREEN_MARGIN); 0
-    evaluates the whole set every time; not part of the job id"""
+    evaluation, fewer where they would hold more than 8,192 tokens (never fewer than 16: at
+    long lengths a sequence holds many scored positions); the rest of the set is evaluated
+    only where the outcome could turn on it: at step 0, at the last evaluation, and while the
+    run is open with the screen within reach of the threshold or a passing streak under way
+    (bench.core.emergence.SCREEN_MARGIN); 0 evaluates the whole set every time; not part of
+    the job id"""
     compile: bool = False
     """torch.compile the model (speed only: not part of the job id)"""
     checkpoint_every: int = 500
@@ -71,8 +73,17 @@ class TrainConfig:
     of the job id)"""
     influence_size: int = 16
     """held-out sequences whose influence map (every mixer's mixing pattern, measured by
-    gradients) is computed at every evaluation, with its alignment with the ground truth
-    (val/influence_mass, val/influence_auroc); 0 = off; not part of the job id"""
+    gradients) is computed, with its alignment with the ground truth (val/influence_mass,
+    val/influence_auroc); 0 = off; not part of the job id"""
+    influence_rows: int = 8
+    """scored positions whose rows the influence map measures (one gradient pass per sequence
+    and row), evenly spaced over the scored positions and always the same ones; 0 = every
+    scored position; not part of the job id"""
+    influence_every: int = 0
+    """compute the influence map at every this-many-th evaluation (and at step 0); 0 = the
+    smallest k that keeps its gradient passes (influence_size x rows) within 5% of the
+    training sequences between two maps (k x eval_every x batch_size); not part of the job
+    id"""
     patch: bool = False
     """after a run that emerged, patch its attention between the plateau and emergence
     checkpoints (`bench patch`, into patch/) and keep the summary in result.json; needs
@@ -92,9 +103,10 @@ class TrainConfig:
         for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
                            ("probe_size", 2**20), ("warmup_steps", 10**8),
                            ("checkpoint_every", 10**8), ("influence_size", 2**16),
+                           ("influence_rows", 2**20), ("influence_every", 10**8),
                            ("screen_size", 2**20)):
             low = 0 if name in ("warmup_steps", "checkpoint_every", "influence_size",
-                                "screen_size") else 1
+                                "influence_rows", "influence_every", "screen_size") else 1
             if not low <= getattr(self, name) <= high:
                 raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
         if not 1 <= self.eval_every <= self.max_steps:

@@ -24,6 +24,25 @@ from torch import nn
 from torchmetrics.functional.classification import binary_auroc
 
 TOKEN_BUDGET = 1 << 16  # input tokens per forward-backward pass
+SHARE = 0.05  # the automatic cadence keeps the map's gradient passes within this share of the
+# training sequences between two maps
+
+
+def row_sample(n_scored: int, rows: int) -> torch.Tensor:
+    """Indices into the scored positions of the `rows` rows an influence map measures, evenly
+    spaced from the first to the last (all of them for rows = 0 or rows >= n_scored)."""
+    if not rows or rows >= n_scored:
+        return torch.arange(n_scored)
+    return torch.linspace(0, n_scored - 1, rows).round().long().unique()
+
+
+def cadence(size: int, rows: int, eval_every: int, batch_size: int, every: int = 0) -> int:
+    """Every how many evaluations the map is computed: `every`, or with 0 the smallest k whose
+    size x rows gradient passes stay within SHARE of the k x eval_every x batch_size training
+    sequences between two maps."""
+    if every:
+        return every
+    return max(1, -(-size * rows // max(1, int(SHARE * eval_every * batch_size))))
 
 
 def influence_map(model: nn.Module, embed: nn.Module, tokens: torch.Tensor,

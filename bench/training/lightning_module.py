@@ -9,6 +9,7 @@ evaluated sequences puts on its ground-truth parents (max over heads, per layer 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from architectures import ArchConfig, Backbone, RecordsAttention
 from datamodules.base import Batch, SequenceTask, join_tokens, split_tokens
 
 from .config import TrainConfig
-from .influence import alignment, influence_map
+from .influence import alignment, cadence, influence_map, row_sample
 
 
 class EmergenceModule(L.LightningModule):
@@ -44,7 +45,12 @@ class EmergenceModule(L.LightningModule):
         self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
         self.last_head_mass: list[torch.Tensor] = []  # per layer (H,), last eval batch
         self.task = task
-        self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (P, L), rounded
+        self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (R, L), rounded
+        # the rows the maps measure (indices into scored) and every how many evaluations
+        self.register_buffer("influence_rows", row_sample(len(scored), train.influence_rows),
+                             persistent=False)
+        self.influence_every = cadence(train.influence_size, len(self.influence_rows),
+                                       train.eval_every, train.batch_size, train.influence_every)
         self.skip_from: int | None = None  # this evaluation stops at this chunk (a screen)
         self.analysis_s = 0.0  # seconds of analysis arithmetic (bench perf reads it)
         # not a registered submodule: the compiled wrapper shares the model's parameters
@@ -124,14 +130,21 @@ class EmergenceModule(L.LightningModule):
             self.analysis_s += time.perf_counter() - start
 
     def on_validation_epoch_end(self) -> None:
-        """Whether this evaluation covered the whole set (val/full), and the influence map of
-        every mixer (bench.training.influence) on the first `train.influence_size` held-out
-        sequences, with its alignment with the ground truth."""
+        """Whether this evaluation covered the whole set (val/full), and, at every
+        `influence_every`-th evaluation, the influence map of every mixer
+        (bench.training.influence) on the first `train.influence_size` held-out sequences and
+        the sampled rows, with its alignment with the ground truth."""
         self.log("val/full", float(self.skip_from is None), batch_size=1)
         n = self.train_config.influence_size
         if not n:
             return
+        if (self.global_step // self.train_config.eval_every) % self.influence_every:
+            # not measured here (NaN in the curves, not the last value Lightning still holds)
+            self.log_dict({"val/influence_mass": math.nan, "val/influence_auroc": math.nan},
+                          batch_size=1)
+            return
         start = time.perf_counter()
+        rows = self.influence_rows
         with torch.inference_mode(False), torch.enable_grad():
             es = self.task.eval_set(self.device)
             held = (~es.probe).nonzero().squeeze(1)[:n]
@@ -139,10 +152,12 @@ class EmergenceModule(L.LightningModule):
             batch = split_tokens(tokens)
             per_sequence = self.task.PER_SEQUENCE_PATTERN
             influence = influence_map(self.model, self.model.embed, batch.inputs, batch.targets,
-                                      self.scored, per_sequence=per_sequence)
+                                      self.scored[rows], per_sequence=per_sequence)
         # a fixed pattern is compared with the mean map, a per-sequence one map by map
         truth = self.task.patterns(tokens) if per_sequence else self.pattern
-        mass, auroc = alignment(influence, truth, self.scored, self.task.candidates(truth))
+        candidates = self.task.candidates(truth).index_select(-2, rows)
+        mass, auroc = alignment(influence, truth.index_select(-2, rows), self.scored[rows],
+                                candidates)
         if per_sequence:
             influence = influence.mean(0)
         self.influence_maps[self.global_step] = influence.round(decimals=3).tolist()

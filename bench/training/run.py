@@ -255,7 +255,8 @@ def summarise_run(
         "curve": tracker.history,
         "curves": curves,
         "learned_patterns": patterns,
-        "influence": influence_summary(module.influence_maps, tracker),
+        "influence": influence_summary(module.influence_maps, tracker,
+                                       module.scored[module.influence_rows].tolist()),
         "attention_target": task.attention_target().tolist()
         if patterns or module.influence_maps else None,
         "wall_time_s": wall,
@@ -301,18 +302,19 @@ def circuits_summary(run_dir: Path) -> dict[str, Any] | str:
     return {"steps": steps, **{k: report[k] for k in SUMMARY_KEYS}}
 
 
-def influence_summary(maps: dict[int, list[list[float]]],
-                      tracker: EmergenceTracker) -> dict[str, Any] | None:
-    """The influence maps (scored positions x input positions) kept in result.json: at the
-    first evaluation, the evaluations bracketing emergence, and the last."""
+def influence_summary(maps: dict[int, list[list[float]]], tracker: EmergenceTracker,
+                      rows: list[int]) -> dict[str, Any] | None:
+    """The influence maps (measured rows x input positions) kept in result.json: the first,
+    the two bracketing emergence (the last before it and the first at or after it), and the
+    last; `rows` are the input positions the maps' rows score."""
     if not maps:
         return None
     steps = sorted(maps)
     keep = {steps[0], steps[-1]}
-    if tracker.status == "emerged" and tracker.step in maps:
-        i = steps.index(tracker.step)
-        keep |= {steps[max(i - 1, 0)], tracker.step}
-    return {"steps": sorted(keep), "maps": [maps[s] for s in sorted(keep)]}
+    if tracker.status == "emerged":
+        keep |= {max((s for s in steps if s < tracker.step), default=steps[0]),
+                 min((s for s in steps if s >= tracker.step), default=steps[-1])}
+    return {"steps": sorted(keep), "maps": [maps[s] for s in sorted(keep)], "rows": rows}
 
 
 def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from bench.training.config import load_run_config
-from bench.training.influence import alignment, influence_map
+from bench.training.influence import alignment, cadence, influence_map, row_sample
 from bench.training.run import train
 from datamodules.states import state_candidates
 
@@ -71,7 +71,8 @@ def test_every_mixer_logs_its_influence_at_every_evaluation(arch, tmp_path, monk
     monkeypatch.setattr(architectures, "ARCHITECTURES", dict(architectures.ARCHITECTURES))
     cfg = load_run_config(["task.state_size=8", "task.sparsity=2", "task.n_states=2",
                            f"arch.name={arch}", "arch.d_model=16", "train.eval_every=10",
-                           "train.max_steps=20", "train.eval_size=64", "train.probe_size=16"])
+                           "train.max_steps=20", "train.eval_size=64", "train.probe_size=16",
+                           "train.influence_every=1"])
     result = train(cfg, tmp_path / "r", progress=False)
     curves = result["curves"]
     assert curves["step"] == [0, 10, 20]
@@ -87,8 +88,51 @@ def test_every_mixer_logs_its_influence_at_every_evaluation(arch, tmp_path, monk
 
 def test_influence_is_not_part_of_the_experiment():
     base = ["task.state_size=8", "task.sparsity=2"]
-    assert load_run_config([*base, "train.influence_size=0"]).job_id() == \
-        load_run_config([*base, "train.influence_size=64"]).job_id()
+    ids = {load_run_config([*base, *extra]).job_id()
+           for extra in ([], ["train.influence_size=0"], ["train.influence_size=64"],
+                         ["train.influence_rows=0"], ["train.influence_every=3"])}
+    assert len(ids) == 1
+
+
+def test_the_row_sample_is_even_fixed_and_whole_when_small():
+    assert row_sample(36, 8).tolist() == [0, 5, 10, 15, 20, 25, 30, 35]
+    assert row_sample(12, 0).tolist() == row_sample(12, 12).tolist() == list(range(12))
+    assert row_sample(12, 50).tolist() == list(range(12))
+    assert row_sample(5, 1).tolist() == [0]
+
+
+def test_the_automatic_cadence_keeps_the_map_within_its_share_of_training():
+    # 16 sequences x 8 rows = 128 passes; 5% of 50 steps x 64 sequences = 160: every time
+    assert cadence(16, 8, eval_every=50, batch_size=64) == 1
+    # at 8 sequences a step only 20 training sequences per evaluation are the share: every 7th
+    assert cadence(16, 8, eval_every=50, batch_size=8) == 7
+    for size, rows, every, batch in ((16, 8, 50, 8), (4, 3, 10, 2), (64, 1000, 50, 64)):
+        k = cadence(size, rows, every, batch)
+        assert size * rows <= 0.05 * k * every * batch + 1e-9  # within the share
+        assert k == 1 or size * rows > 0.05 * (k - 1) * every * batch  # and the smallest such
+    assert cadence(16, 8, 50, 8, every=2) == 2  # a set cadence is kept
+
+
+def test_sampled_rows_are_the_full_maps_rows_at_the_automatic_cadence(tmp_path):
+    base = ["task.state_size=8", "task.sparsity=2", "task.n_states=2", "arch.name=mlp_mixer",
+            "arch.d_model=16", "train.eval_every=10", "train.max_steps=40", "train.batch_size=16",
+            "train.eval_size=64", "train.probe_size=16", "train.influence_size=8"]
+    full = train(load_run_config([*base, "train.influence_rows=0", "train.influence_every=1"]),
+                 tmp_path / "full", progress=False)
+    # 8 sequences x 3 rows = 24 passes against 5% of 10 steps x 16 sequences = 8: every 3rd
+    sampled = train(load_run_config([*base, "train.influence_rows=3"]), tmp_path / "sampled",
+                    progress=False)
+    assert sampled["curves"]["step"] == full["curves"]["step"] == [0, 10, 20, 30, 40]
+    assert [math.isfinite(v) for v in sampled["curves"]["val/influence_mass"]] == \
+        [True, False, False, True, False]
+    assert sampled["influence"]["steps"] == [0, 30]
+    scored = list(range(7, 15))
+    assert sampled["influence"]["rows"] == [7, 11, 14] and full["influence"]["rows"] == scored
+    assert full["influence"]["steps"][0] == 0  # the same initialisation, the rows sampled
+    whole = torch.tensor(full["influence"]["maps"][0])
+    assert torch.allclose(torch.tensor(sampled["influence"]["maps"][0]), whole[[0, 4, 7]],
+                          atol=2e-3)
+    assert sampled["curves"]["val/loss"] == full["curves"]["val/loss"]  # training untouched
 
 
 def test_chunking_over_sequences_and_positions_changes_nothing(monkeypatch):

@@ -42,6 +42,18 @@ def test_the_screen_comes_first_and_keeps_the_held_out_order():
     assert whole.screen_chunks() == 0
 
 
+def test_a_screen_of_long_sequences_holds_at_most_its_tokens():
+    from datamodules.base import SCREEN_MIN_ROWS, SCREEN_TOKENS
+
+    for state_size, rows in ((64, SCREEN_TOKENS // 128), (512, SCREEN_MIN_ROWS)):
+        cfg = TASKS["linear_map"](state_size=state_size, sparsity=1, n_states=2)
+        task = build_task(cfg, seed=0, eval_size=256, screen_size=128)
+        es = task.eval_set(torch.device("cpu"))
+        assert task.n_tokens == 2 * state_size
+        assert es.probe[:rows + rows // 2].tolist() == [False] * rows + [True] * (rows // 2)
+        assert task.screen_chunks() == 1 and task.eval_chunks()[0] == (0, rows + rows // 2)
+
+
 def test_screened_runs_emerge_at_the_same_step_as_whole_evaluations(tmp_path):
     whole = train(load_run_config([*RUN, "train.screen_size=0"]), tmp_path / "whole",
                   progress=False)
