@@ -311,6 +311,12 @@ class SequenceTask(L.LightningDataModule):
         """How many of the first `eval_chunks` make the screen (0 without one)."""
         return self._chunks(world)[1]
 
+    @property
+    def screen_rows(self) -> int:
+        """Rows of the evaluation set that make the screen (held-out and probe; 0 without)."""
+        self.eval_set(torch.device("cpu"))
+        return self._screen_rows
+
     def _chunks(self, world: int) -> tuple[list[tuple[int, int]], int]:
         n = len(self.eval_set(torch.device("cpu")).tokens)
         size, screen = self.eval_rows * world, self._screen_rows

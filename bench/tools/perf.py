@@ -13,7 +13,9 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
   (`train.screen_size` sequences, analysis included), and a whole one (made only at step 0, at
   the end and where the outcome could turn on it);
 - the share of the analysis within it: the influence map and the attention statistics' own
-  arithmetic (recording the maps inside the forward pass counts as evaluation);
+  arithmetic (recording the maps inside the forward pass counts as evaluation); the influence
+  map is timed at every evaluation of the stretch and counted 1/k, as it comes every k-th
+  evaluation at the default cadence (train.influence_every);
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
 - per mixer, the exponent of step time against sequence length (a log-log fit over the lengths);
@@ -166,7 +168,8 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
         "overhead_max": max(ratio), "batch_share": statistics.median(gen),
         "eval_share": share(evals), "whole_eval_share": share(wholes),
         "analysis_share": share(analyses), "eval_every": cfg.train.eval_every,
-        "screen_size": cfg.train.screen_size,
+        "screen_size": cfg.train.screen_size, "screen_rows": task.screen_rows,
+        "influence_every": module.influence_every,
         "peak_mib": peak,
     }
 
@@ -240,6 +243,7 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
 
         def on_validation_start(self, trainer, pl_module):
             self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s
+            self.i0 = pl_module.influence_s
 
         def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
             screen = trainer.datamodule.screen_chunks(trainer.world_size)
@@ -249,8 +253,13 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
 
         def on_validation_end(self, trainer, pl_module):
             if not trainer.sanity_checking:  # the step-0 evaluation is not part of the cadence
-                self.evals.append((time.perf_counter() - self.v0, pl_module.analysis_s - self.a0))
+                # the influence map, measured at both, counts 1/k: it comes every k-th time
+                influence = (pl_module.influence_s - self.i0) * (1 - 1 / every_k)
+                self.evals.append((time.perf_counter() - self.v0 - influence,
+                                   pl_module.analysis_s - self.a0 - influence))
 
+    every_k = module.influence_every  # the default cadence's (eval_every 50)
+    module.influence_every = 1  # measured at each evaluation of the stretch, counted 1/k
     timer = Timer()
     run_cfg = dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
@@ -261,6 +270,7 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(run_cfg, Path(tmp), [emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
+    module.influence_every = every_k
     (screened, analysis), (whole, _) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
     return statistics.median(np.diff(timer.ends)), screened, whole, analysis
@@ -358,14 +368,22 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += markdown.table(
         ["mixer", "size", "L", "path", "compile", "Lightning steps/s", "bare steps/s",
          "Lightning/bare step time [range]", "tokens/s", "batch gen", f"eval @{eval_every}",
-         "analysis", "whole eval", "peak MiB"],
+         "screen rows", "analysis", "map every", "whole eval", "peak MiB"],
         [[r["arch"], r["size"], r["seq_tokens"] - 1, r["kernel_path"],
           "yes" if r["compile"] else "no", f"{r['lightning_steps_per_s']:.1f}",
           f"{r['bare_steps_per_s']:.1f}", f"{r['overhead']:.3f} [{r['overhead_min']:.3f}, "
           f"{r['overhead_max']:.3f}]", f"{r['lightning_tokens_per_s']:,.0f}",
           f"{r['batch_share']:.1%}", f"{r['eval_share']:.1%}",
-          f"{r['analysis_share']:.1%}", f"{r['whole_eval_share']:.1%}", f"{r['peak_mib']:,.0f}"]
+          r.get("screen_rows", "-"), f"{r['analysis_share']:.1%}", r.get("influence_every", 1),
+          f"{r['whole_eval_share']:.1%}", f"{r['peak_mib']:,.0f}"]
          for r in report["rows"]])
+    lines += ["", f"eval @{eval_every}: the screened evaluation a run makes at almost every "
+              "cadence point (`train.screen_size` held-out sequences and half as many training "
+              "ones, at most 8,192 tokens' worth: 'screen rows'), analysis included, as a share "
+              "of wall time; analysis: its influence map "
+              "(counted 1/k, made every k-th evaluation: 'map every') and attention statistics; "
+              "whole eval: the full set, made at step 0, at the end and where the outcome could "
+              "turn on it."]
     if report["exponents"]:
         lines += ["", "Step time grows as L^k over the lengths measured: " + ", ".join(
             f"{a} k={k:.2f}" for a, k in report["exponents"].items()) + "."]

@@ -53,6 +53,7 @@ class EmergenceModule(L.LightningModule):
                                        train.eval_every, train.batch_size, train.influence_every)
         self.skip_from: int | None = None  # this evaluation stops at this chunk (a screen)
         self.analysis_s = 0.0  # seconds of analysis arithmetic (bench perf reads it)
+        self.influence_s = 0.0  # of which the influence maps
         # not a registered submodule: the compiled wrapper shares the model's parameters
         object.__setattr__(self, "forward_fn",
                            torch.compile(self.model) if train.compile else self.model)
@@ -163,6 +164,7 @@ class EmergenceModule(L.LightningModule):
         self.influence_maps[self.global_step] = influence.round(decimals=3).tolist()
         self.log_dict({"val/influence_mass": mass, "val/influence_auroc": auroc},
                       batch_size=len(held))
+        self.influence_s += time.perf_counter() - start
         self.analysis_s += time.perf_counter() - start
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
