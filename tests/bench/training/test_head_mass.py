@@ -1,0 +1,44 @@
+"""The attention mass on the parents, read sparsely, equals the dense definition: each head's
+mean over the scored rows (that have parents) of the probability its row puts on them."""
+
+import torch
+
+from bench.training.config import load_run_config, task_instance
+from bench.training.lightning_module import EmergenceModule
+
+
+def module_for(task: list[str]) -> EmergenceModule:
+    cfg = load_run_config([*task, "arch.d_model=16", "arch.n_heads=2", "arch.head_dim=8"])
+    return EmergenceModule(cfg.arch, cfg.train, task_instance(cfg.task, cfg.train, seed=0))
+
+
+def dense(probs, scored, pattern):
+    rows = probs.index_select(-2, scored)  # (B, H, P, L)
+    if pattern.dim() == 2:
+        return (rows * pattern).sum(-1).mean(dim=(0, 2))
+    mass = (rows * pattern[:, None]).sum(-1)  # (B, H, P)
+    has = (pattern.sum(-1) > 0)[:, None].expand(mass.shape).float()
+    return (mass * has).sum((0, 2)) / has.sum((0, 2))
+
+
+def random_probs(B, H, L):
+    logits = torch.randn(B, H, L, L).masked_fill(torch.ones(L, L).triu(1).bool(), -torch.inf)
+    return logits.softmax(-1)
+
+
+def test_the_sparse_mass_is_the_dense_one_for_a_fixed_pattern():
+    torch.manual_seed(0)
+    module = module_for(["task.state_size=6", "task.sparsity=2", "task.n_states=3"])
+    probs = random_probs(5, 2, module.pattern.shape[-1])
+    assert torch.allclose(module.head_mass(probs), dense(probs, module.scored, module.pattern))
+
+
+def test_the_sparse_mass_is_the_dense_one_for_a_per_sequence_pattern():
+    torch.manual_seed(0)
+    module = module_for(["task.name=induction"])
+    L = module.pattern.shape[-1]
+    probs = random_probs(4, 2, L)
+    pattern = (torch.rand(4, len(module.scored), L) < 0.05).float()
+    pattern[1, :3] = 0  # rows without parents do not count
+    assert torch.allclose(module.head_mass(probs, pattern),
+                          dense(probs, module.scored, pattern))
