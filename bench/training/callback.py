@@ -35,13 +35,18 @@ class EmergenceCallback(Callback):
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                                 outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
-        """After the screen's last chunk: end the evaluation there unless the whole set could
-        change the outcome (step 0 and the last evaluation are always whole)."""
+        """After the screen's last chunk: log its reading of the criterion's metric
+        (val/screen) and end the evaluation there unless the whole set could change the
+        outcome (step 0 and the last evaluation are always whole)."""
         screen = trainer.datamodule.screen_chunks(trainer.world_size)
         if batch_idx != screen - 1 or trainer.sanity_checking:
             return
         last = trainer.global_step + trainer.val_check_interval > trainer.max_steps
-        full = last or self.tracker.needs_full(pl_module.current(self.tracker.criterion.metric))
+        screened = pl_module.current(self.tracker.criterion.metric)
+        # the screen's own reading, kept beside the whole set's where both are made: the gap
+        # between them is what a skipped whole evaluation could have hidden
+        pl_module.log("val/screen", screened, on_step=False, on_epoch=True, batch_size=1)
+        full = last or self.tracker.needs_full(screened)
         if not trainer.strategy.broadcast(full, src=0):
             pl_module.skip_from = screen
 

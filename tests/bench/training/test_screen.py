@@ -69,3 +69,10 @@ def test_screened_runs_emerge_at_the_same_step_as_whole_evaluations(tmp_path):
         if f == 1:  # a whole evaluation reads what evaluating everything every time reads
             assert math.isclose(screened["curves"]["val/token_acc"][i],
                                 whole["curves"]["val/token_acc"][i], abs_tol=1e-6)
+        # the screen's reading is kept beside it; where only the screen ran, it is the value
+        screen = screened["curves"]["val/screen"][i]
+        if f == 0:
+            assert screen == screened["curves"]["val/token_acc"][i]
+        elif i > 0:  # a fixed subset of the same set: close to it, and a reading of it
+            assert 0 <= screen <= 1 and abs(screen - whole["curves"]["val/token_acc"][i]) < 0.2
+    assert "val/screen" not in whole["curves"]  # no screen, no reading
