@@ -7,8 +7,11 @@ solve rates. The p-values of the whole table are Holm-adjusted (a table is many 
 row *differs* when either of its adjusted p-values is below `alpha`. "Agrees" is not proof of
 sameness: each row also says the smallest slowdown its seed counts would detect with 80% power
 (simulated by resampling the committed seeds) and how many seeds per side would detect a 1.5x
-slowdown. Rerunning the committed seeds on the same kind of machine reproduces them exactly
-(p = 1); fresh seeds (`--seed-start`) make it an independent replication.
+slowdown. Rerunning the committed seeds reproduces them exactly (p = 1) only on the same CPU
+with the same torch thread count and libraries (result.json's `versions` records them): the
+transformer's per-seed steps change with either (quickstart seed 7: 500 committed, 350 at one
+thread and 450 at two on this AMD EPYC), so elsewhere a rerun is a replication and tested as
+one; fresh seeds (`--seed-start`) make it an independent replication.
 """
 
 from __future__ import annotations

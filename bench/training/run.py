@@ -46,13 +46,29 @@ PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf"
 
 
 def versions() -> dict[str, str]:
+    """What produced a result: library versions, and the CPU and torch thread count (a run's
+    floating-point path, and so its per-seed steps, can change with either)."""
+    import torch
+
     found = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
+    found["cpu"] = cpu_model()
+    found["torch_threads"] = str(torch.get_num_threads())
     return found
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def quiet_lightning() -> None:

@@ -35,7 +35,8 @@ def test_tiny_run_emerges_and_writes_its_result(tmp_path, cli):
     assert result["accuracy"]["heldout_token_acc"] >= 0.99
     assert result["config"]["arch"]["name"] == "mlp_mixer" and result["config"]["seed"] == 0
     assert result["n_params"] > 0 and result["steps_per_s"] > 0
-    assert {"torch", "lightning", "torchmetrics"} <= set(result["versions"])
+    assert {"torch", "lightning", "torchmetrics", "cpu"} <= set(result["versions"])
+    assert result["versions"]["torch_threads"] == str(__import__("torch").get_num_threads())
     header = (out / "metrics.csv").read_text().splitlines()[0]
     assert {"val/loss", "val/token_acc", "val/exact_acc", "train/loss"} <= set(header.split(","))
 
