@@ -35,7 +35,7 @@ from ..core.stats import (
     solve_rate_p,
 )
 from ..sweeps.results import ResultsDB, read_results
-from ..sweeps.sweep import SweepSpec, expand, load_spec, run_sweep
+from ..sweeps.sweep import SweepSpec, expand, load_spec, run_sweep, tuning_jobs
 from .labels import row_labels
 from .leaderboard import steps_text, write_leaderboard
 
@@ -61,15 +61,23 @@ def select_spec(spec: SweepSpec, seeds: int | None, seed_start: int) -> SweepSpe
 
 
 def row_filter(spec: SweepSpec, rows: list[str]):
-    """A job filter keeping the rows whose config hash starts with one of `rows` (all if none)."""
+    """A job filter keeping the rows whose config hash starts with one of `rows` (all if none).
+    With `tune`, a row's hash at any tuning rate (the committed table shows the chosen one)
+    selects the row's whole family: its tuning runs at every rate and its reported seeds."""
     if not rows:
         return None
-    keys = {group_key(job.to_dict()) for job in expand(spec)}
+    family_rows: dict[str, set[str]] = {}
+    for job in [*tuning_jobs(spec), *expand(spec)]:
+        config = job.to_dict()
+        family_rows.setdefault(group_key(config, ("seed", "lr")), set()).add(group_key(config))
+    keys = set().union(*family_rows.values())
     for prefix in rows:
         if not any(k.startswith(prefix) for k in keys):
             raise ConfigError(f"--row: '{prefix}' matches no row of {spec.name}; "
                               f"allowed: {', '.join(sorted(keys))}")
-    return lambda job: any(group_key(job.to_dict()).startswith(p) for p in rows)
+    chosen = {family for family, hashes in family_rows.items()
+              if any(h.startswith(p) for h in hashes for p in rows)}
+    return lambda job: group_key(job.to_dict(), ("seed", "lr")) in chosen
 
 
 def _median(runs: list[dict[str, Any]]) -> str:

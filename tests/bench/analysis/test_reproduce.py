@@ -109,3 +109,30 @@ def test_no_committed_results_and_the_committed_directory_are_refused(tmp_path, 
     (spec.with_suffix("") / ResultsDB.FILENAME).touch()
     code, captured = cli("reproduce", str(spec), "--out", str(spec.with_suffix("")))
     assert code == 2 and "holds the committed results; give a fresh directory" in captured.err
+
+
+def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
+    """The committed table shows a row's hash at its chosen rate, which need not be the first
+    of the grid: that hash selects the row's family, tuning runs at every rate included."""
+    from bench.analysis.reproduce import row_filter
+    from bench.core.errors import ConfigError
+    from bench.core.rows import group_key
+    from bench.sweeps.sweep import expand, tuning_jobs
+
+    train = {k: v for k, v in ONE_ROW["train"].items() if k != "lr"}
+    two = {**ONE_ROW, "name": "tuned", "seeds": 2, "tune": {"lr": [0.003, 0.01], "seeds": 1},
+           "train": train,
+           "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1},
+                     {"name": "transformer", "d_model": 32, "n_layers": 1}]}
+    path = tmp_path / "tuned.yaml"
+    path.write_text(yaml.safe_dump(two, sort_keys=False))
+    spec = load_spec(path)
+    jobs = [*tuning_jobs(spec), *expand(spec)]
+    at_second = next(j for j in tuning_jobs(spec)
+                     if j.arch.name == "mlp_mixer" and j.train.lr == 0.01)
+    keep = row_filter(spec, [group_key(at_second.to_dict())[:10]])
+    kept = [j for j in jobs if keep(j)]
+    assert {j.arch.name for j in kept} == {"mlp_mixer"}
+    assert {j.train.lr for j in kept} == {0.003, 0.01} and len(kept) == 2 + 2  # tuning + seeds
+    with pytest.raises(ConfigError, match="--row: 'ffff' matches no row of tuned"):
+        row_filter(spec, ["ffff"])
