@@ -291,6 +291,12 @@ def settings(accelerator: str) -> list[tuple[int, int]]:
     return out
 
 
+def job_seeds_per_hour(row: dict[str, Any]) -> float:
+    """A row's estimate: JOB_STEPS-step jobs per hour in one process, training at its Lightning
+    step time with its screened evaluation's share of the wall time."""
+    return 3600 * row["lightning_steps_per_s"] * (1 - row["eval_share"]) / JOB_STEPS
+
+
 def seeds_per_hour(cfgs: list[Any], steps: int, accelerator: str) -> list[dict[str, Any]]:
     """Per mixer (its quickstart config) and setting: finished quickstart seeds per hour."""
     import multiprocessing as mp
@@ -368,14 +374,15 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += markdown.table(
         ["mixer", "size", "L", "path", "compile", "Lightning steps/s", "bare steps/s",
          "Lightning/bare step time [range]", "tokens/s", "batch gen", f"eval @{eval_every}",
-         "screen rows", "analysis", "map every", "whole eval", "peak MiB"],
+         "screen rows", "analysis", "map every", "whole eval", "seeds/h (est.)", "peak MiB"],
         [[r["arch"], r["size"], r["seq_tokens"] - 1, r["kernel_path"],
           "yes" if r["compile"] else "no", f"{r['lightning_steps_per_s']:.1f}",
           f"{r['bare_steps_per_s']:.1f}", f"{r['overhead']:.3f} [{r['overhead_min']:.3f}, "
           f"{r['overhead_max']:.3f}]", f"{r['lightning_tokens_per_s']:,.0f}",
           f"{r['batch_share']:.1%}", f"{r['eval_share']:.1%}",
           r.get("screen_rows", "-"), f"{r['analysis_share']:.1%}", r.get("influence_every", 1),
-          f"{r['whole_eval_share']:.1%}", f"{r['peak_mib']:,.0f}"]
+          f"{r['whole_eval_share']:.1%}", f"{job_seeds_per_hour(r):,.0f}",
+          f"{r['peak_mib']:,.0f}"]
          for r in report["rows"]])
     lines += ["", f"eval @{eval_every}: the screened evaluation a run makes at almost every "
               "cadence point (`train.screen_size` held-out sequences and half as many training "
@@ -383,7 +390,9 @@ def to_markdown(report: dict[str, Any]) -> str:
               "of wall time; analysis: its influence map "
               "(counted 1/k, made every k-th evaluation: 'map every') and attention statistics; "
               "whole eval: the full set, made at step 0, at the end and where the outcome could "
-              "turn on it."]
+              f"turn on it; seeds/h (est.): jobs of {JOB_STEPS:,} steps per hour in one process "
+              "at this step time and evaluation share (the measured figure per executor setting "
+              "is below, with --seeds-per-hour)."]
     if report["exponents"]:
         lines += ["", "Step time grows as L^k over the lengths measured: " + ", ".join(
             f"{a} k={k:.2f}" for a, k in report["exponents"].items()) + "."]

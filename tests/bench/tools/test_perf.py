@@ -77,7 +77,14 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
             r["lightning_steps_per_s"] * r["batch_size"] * r["seq_tokens"])
     assert set(report["exponents"]) == {"mlp_mixer"}
     assert (out / "perf.png").stat().st_size > 0
-    assert "| mlp_mixer | quickstart | 23 | torch | no |" in (out / "perf.md").read_text()
+    text = (out / "perf.md").read_text()
+    assert "| mlp_mixer | quickstart | 23 | torch | no |" in text and "seeds/h (est.)" in text
+    from bench.tools.perf import job_seeds_per_hour
+
+    r = rows[0]  # 2,000-step jobs at its step time, evaluation's share of the wall time added
+    wall = 2000 / r["lightning_steps_per_s"] / (1 - r["eval_share"])
+    assert job_seeds_per_hour(r) == pytest.approx(3600 / wall)
+    assert f"| {job_seeds_per_hour(r):,.0f} |" in text
 
 
 def test_perf_takes_bench_runs_syntax_and_plugins(monkeypatch):
