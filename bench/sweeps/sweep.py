@@ -162,12 +162,15 @@ def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunCo
     without `rates` the rows are validated at the first tuning rate."""
     if spec.tune:
         jobs = _expand(spec, [spec.tune["lr"][0]], spec.seed_list())
-        if rates is not None:
-            jobs = [dataclasses.replace(j, train=dataclasses.replace(
-                j.train, lr=rates[group_key(j.to_dict(), ("seed", "lr"))])) for j in jobs]
-        return jobs
+        return jobs if rates is None else at_rates(jobs, rates)
     lrs = spec.train.get("lr")
     return _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
+
+
+def at_rates(jobs: list[RunConfig], rates: dict[str, float]) -> list[RunConfig]:
+    """`jobs` each at its row's rate in `rates` (keyed by the row's config less seed and lr)."""
+    return [dataclasses.replace(j, train=dataclasses.replace(
+        j.train, lr=rates[group_key(j.to_dict(), ("seed", "lr"))])) for j in jobs]
 
 
 def tuning_jobs(spec: SweepSpec) -> list[RunConfig]:
@@ -335,7 +338,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
             missing = {group_key(j.to_dict(), ("seed", "lr")) for j in jobs} - set(rates)
             if missing:  # a row whose every tuning job failed has no rate to report at
                 return _counts(out)
-            jobs = kept(expand(spec, rates))
+            jobs = at_rates(jobs, rates)  # the kept rows only: others were not tuned
         return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
                          spec.name)
 

@@ -111,6 +111,17 @@ def test_no_committed_results_and_the_committed_directory_are_refused(tmp_path, 
     assert code == 2 and "holds the committed results; give a fresh directory" in captured.err
 
 
+def tuned_spec(tmp_path, seeds: int):
+    train = {k: v for k, v in ONE_ROW["train"].items() if k != "lr"}
+    two = {**ONE_ROW, "name": "tuned", "seeds": seeds,
+           "tune": {"lr": [0.003, 0.01], "seeds": 1}, "train": train,
+           "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1},
+                     {"name": "transformer", "d_model": 32, "n_layers": 1}]}
+    path = tmp_path / "tuned.yaml"
+    path.write_text(yaml.safe_dump(two, sort_keys=False))
+    return path
+
+
 def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
     """The committed table shows a row's hash at its chosen rate, which need not be the first
     of the grid: that hash selects the row's family, tuning runs at every rate included."""
@@ -119,14 +130,7 @@ def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
     from bench.core.rows import group_key
     from bench.sweeps.sweep import expand, tuning_jobs
 
-    train = {k: v for k, v in ONE_ROW["train"].items() if k != "lr"}
-    two = {**ONE_ROW, "name": "tuned", "seeds": 2, "tune": {"lr": [0.003, 0.01], "seeds": 1},
-           "train": train,
-           "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1},
-                     {"name": "transformer", "d_model": 32, "n_layers": 1}]}
-    path = tmp_path / "tuned.yaml"
-    path.write_text(yaml.safe_dump(two, sort_keys=False))
-    spec = load_spec(path)
+    spec = load_spec(tuned_spec(tmp_path, seeds=2))
     jobs = [*tuning_jobs(spec), *expand(spec)]
     at_second = next(j for j in tuning_jobs(spec)
                      if j.arch.name == "mlp_mixer" and j.train.lr == 0.01)
@@ -136,3 +140,22 @@ def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
     assert {j.train.lr for j in kept} == {0.003, 0.01} and len(kept) == 2 + 2  # tuning + seeds
     with pytest.raises(ConfigError, match="--row: 'ffff' matches no row of tuned"):
         row_filter(spec, ["ffff"])
+
+
+def test_reproducing_one_row_of_a_tuned_leaderboard(cli, tmp_path):
+    """--row on a tuned spec tunes and reruns that row only (the others have no rate)."""
+    from bench.core.rows import group_key
+
+    path = tuned_spec(tmp_path, seeds=1)
+    assert run_sweep(load_spec(path), path.with_suffix(""), progress=False)["pending"] == 0
+    with sqlite3.connect(path.with_suffix("") / ResultsDB.FILENAME) as conn:
+        config = json.loads(conn.execute("SELECT config FROM jobs WHERE arch = 'mlp_mixer' AND "
+                                         "seed = 0").fetchone()[0])
+    out = tmp_path / "one"
+    code, captured = cli("reproduce", str(path), "--out", str(out), "--row",
+                         group_key(config)[:10], "--no-progress")
+    assert code == 0, captured.err
+    with sqlite3.connect(out / ResultsDB.FILENAME) as conn:
+        rows = conn.execute("SELECT arch, seed, lr FROM jobs ORDER BY seed, lr").fetchall()
+    assert rows == [("mlp_mixer", 0, config["train"]["lr"]), ("mlp_mixer", 1000, 0.003),
+                    ("mlp_mixer", 1000, 0.01)]
