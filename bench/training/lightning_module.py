@@ -25,6 +25,15 @@ from datamodules.base import Batch, SequenceTask, join_tokens, split_tokens
 from .config import TrainConfig
 from .influence import alignment, cadence, influence_map, row_sample
 
+ATTENTION_ENTRIES = 1 << 20  # attention probabilities per head an evaluation records
+ATTENTION_MIN_ROWS = 2  # sequences, however long
+
+
+def attention_rows(seq_len: int) -> int:
+    """Sequences whose attention an evaluation records: every one of the screen at short
+    lengths (the quickstart's, L = 64), 16 at L = 256, 2 at L = 1024."""
+    return max(ATTENTION_MIN_ROWS, ATTENTION_ENTRIES // seq_len**2)
+
 
 class EmergenceModule(L.LightningModule):
     def __init__(self, arch: ArchConfig, train: TrainConfig, task: SequenceTask):
@@ -42,7 +51,7 @@ class EmergenceModule(L.LightningModule):
         self.probe_token_acc = MulticlassAccuracy(task.vocab_size, average="micro")
         self.probe_exact_acc = MulticlassExactMatch(task.vocab_size)
         self.attention = [m for m in self.model.modules() if isinstance(m, RecordsAttention)]
-        self.attention_maps: list[torch.Tensor] = []  # per layer (H, L, L), last eval batch
+        self.recorded: list[torch.Tensor] = []  # per layer (R, H, L, L), last evaluation
         self.last_head_mass: list[torch.Tensor] = []  # per layer (H,), last eval batch
         self.task = task
         self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (R, L), rounded
@@ -61,6 +70,24 @@ class EmergenceModule(L.LightningModule):
     def scored_logits(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, P, V) and targets (B, P) at the scored positions."""
         logits = self.forward_fn(batch.inputs)
+        return logits.index_select(1, self.scored), batch.targets.index_select(1, self.scored)
+
+    def eval_logits(self, batch: Batch, record: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """`scored_logits`; with `record`, the attention mixers keep the probabilities of the
+        first `attention_rows(L)` sequences only (the rest run unrecorded: forming (B, H, L, L)
+        for a whole screen of 1,024-token sequences was 16% of a run's time)."""
+        if not record:
+            return self.scored_logits(batch)
+        rows = attention_rows(batch.inputs.shape[1])
+        for m in self.attention:
+            m.record_attention = True
+        try:
+            logits = self.forward_fn(batch.inputs[:rows])
+        finally:
+            for m in self.attention:
+                m.record_attention = False
+        if rows < len(batch.inputs):
+            logits = torch.cat([logits, self.forward_fn(batch.inputs[rows:])])
         return logits.index_select(1, self.scored), batch.targets.index_select(1, self.scored)
 
     def loss(self, batch: Batch) -> torch.Tensor:
@@ -89,14 +116,10 @@ class EmergenceModule(L.LightningModule):
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         if self.skip_from is not None and batch_idx >= self.skip_from:
             return
-        # attention statistics on the screen's chunks (the first chunk without a screen): a
-        # fixed subset every evaluation, and no (H, L, L) maps for the rest of the set
-        stats = batch_idx < max(self.task.screen_chunks(self.trainer.world_size), 1)
-        for m in self.attention:
-            m.record_attention = stats
-        logits, targets = self.scored_logits(batch)  # (B, P, V), (B, P)
-        for m in self.attention:
-            m.record_attention = False
+        # attention statistics on the first chunk's first sequences (held-out ones of the
+        # screen): a fixed subset every evaluation, no (H, L, L) maps for the rest of the set
+        stats = batch_idx == 0 and bool(self.attention)
+        logits, targets = self.eval_logits(batch, stats)  # (B, P, V), (B, P)
         B, S = targets.shape[0], self.group_size
         counted = batch.counted.index_select(1, self.scored)  # (B, P)
         preds = logits.argmax(-1)
@@ -118,10 +141,11 @@ class EmergenceModule(L.LightningModule):
                        "train/token_acc": self.probe_token_acc,
                        "train/exact_acc": self.probe_exact_acc},
                       batch_size=B)  # synced by torchmetrics
-        if self.attention and stats:
+        if stats:
             start = time.perf_counter()
-            self.attention_maps = [m.last_attention.mean(0) for m in self.attention]
-            truth = self.batch_pattern(batch)
+            self.recorded = [m.last_attention for m in self.attention]  # averaged when drawn
+            recorded = self.recorded[0].shape[0]
+            truth = self.batch_pattern(Batch(batch.inputs[:recorded], batch.targets[:recorded]))
             self.last_head_mass = [self.head_mass(m.last_attention, truth)
                                    for m in self.attention]
             mass = torch.stack([m.max() for m in self.last_head_mass])
@@ -200,13 +224,13 @@ class EmergenceModule(L.LightningModule):
 
     def learned_patterns(self) -> list[dict[str, Any]]:
         """Per attention layer, the head with the most mass on the parents at the last
-        evaluation: its mean attention map (L, L) over the evaluation batch, rounded."""
+        evaluation: its mean attention map (L, L) over the recorded sequences, rounded."""
         out = []
-        for layer, maps in enumerate(self.attention_maps):  # maps (H, L, L)
+        for layer, probs in enumerate(self.recorded):  # probs (R, H, L, L)
             mass = self.last_head_mass[layer]  # (H,)
             head = int(mass.argmax())
             out.append({"layer": layer, "head": head, "parent_mass": round(float(mass[head]), 4),
-                        "map": maps[head].round(decimals=3).tolist()})
+                        "map": probs[:, head].mean(0).round(decimals=3).tolist()})
         return out
 
     def configure_optimizers(self):

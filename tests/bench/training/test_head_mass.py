@@ -42,3 +42,22 @@ def test_the_sparse_mass_is_the_dense_one_for_a_per_sequence_pattern():
     pattern[1, :3] = 0  # rows without parents do not count
     assert torch.allclose(module.head_mass(probs, pattern),
                           dense(probs, module.scored, pattern))
+
+
+def test_an_evaluation_records_the_attention_of_a_few_long_sequences_and_scores_every_one():
+    from bench.training.lightning_module import attention_rows
+
+    assert attention_rows(23) >= 192 and attention_rows(63) >= 192  # a whole short screen
+    assert attention_rows(255) == 16 and attention_rows(1023) == 2
+    module = module_for(["task.state_size=32", "task.sparsity=2", "task.n_states=16"]).eval()
+    L = module.pattern.shape[-1]
+    rows = attention_rows(L)
+    assert L == 511 and rows == 4
+    batch = module.task.eval_batch(torch.device("cpu"), chunk=0)
+    batch = type(batch)(*(x[:rows + 3] for x in batch))
+    with torch.inference_mode():
+        whole = module.scored_logits(batch)
+        split = module.eval_logits(batch, record=True)
+    assert torch.allclose(whole[0], split[0], atol=1e-5) and torch.equal(whole[1], split[1])
+    assert all(m.last_attention.shape == (rows, 2, L, L) for m in module.attention)
+    assert not any(m.record_attention for m in module.attention)
