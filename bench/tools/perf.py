@@ -386,7 +386,8 @@ def to_markdown(report: dict[str, Any]) -> str:
          for r in report["rows"]])
     lines += ["", f"eval @{eval_every}: the screened evaluation a run makes at almost every "
               "cadence point (`train.screen_size` held-out sequences and half as many training "
-              "ones, at most 8,192 tokens' worth: 'screen rows'), analysis included, as a share "
+              "ones, at most 8,192 tokens' worth or an eighth of the sequences trained between "
+              "two evaluations: 'screen rows'), analysis included, as a share "
               "of wall time; analysis: its influence map "
               "(counted 1/k, made every k-th evaluation: 'map every') and attention statistics; "
               "whole eval: the full set, made at step 0, at the end and where the outcome could "

@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from architectures import ArchConfig, ContractError, import_plugins
 from architectures import resolve as resolve_arch
 from datamodules import TASKS, TaskConfig, build_task
-from datamodules.base import SequenceTask
+from datamodules.base import SCREEN_MIN_ROWS, SequenceTask
 
 from ..core.emergence import EmergenceCriterion, check_threshold
 from ..core.errors import ConfigError
@@ -59,8 +59,9 @@ class TrainConfig:
     memorisation shows as a gap"""
     screen_size: int = 128
     """held-out sequences (with half as many training-probe ones) evaluated at every
-    evaluation, fewer where they would hold more than 8,192 tokens (never fewer than 16: at
-    long lengths a sequence holds many scored positions); the rest of the set is evaluated
+    evaluation, fewer where they would hold more than 8,192 tokens or be more than an eighth of
+    the sequences trained on between two evaluations (never fewer than 16: at long lengths a
+    sequence holds many scored positions); the rest of the set is evaluated
     only where the outcome could turn on it: at step 0, at the last evaluation, and while the
     run is open with the screen within reach of the threshold or a passing streak under way
     (bench.core.emergence.SCREEN_MARGIN); 0 evaluates the whole set every time; not part of
@@ -378,14 +379,22 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
                                pretrain=pretrain)
 
 
+def screen_size(train: TrainConfig) -> int:
+    """The screen's held-out sequences: `train.screen_size`, but at most an eighth of the
+    sequences trained on between two evaluations (16 at least), so that the screen stays a small
+    share of a small-batch run (perf's L = 64 at batch 8: 50, not 128; no committed spec
+    changes). The task also caps it at 8,192 tokens."""
+    bound = max(SCREEN_MIN_ROWS, train.eval_every * train.batch_size // 8)
+    return min(train.screen_size, bound)
+
+
 def task_instance(config: TaskConfig, train: TrainConfig, seed: int,
                   where: str = "task.") -> SequenceTask:
     """The instance of `config` a run with `train` and `seed` trains on, its evaluation set
     drawn; an instance the task refuses is a one-line ConfigError prefixed by `where`."""
     try:
         task = build_task(config, batch_size=train.batch_size, eval_size=train.eval_size,
-                          probe_size=train.probe_size, seed=seed,
-                          screen_size=train.screen_size)
+                          probe_size=train.probe_size, seed=seed, screen_size=screen_size(train))
         task.references()  # draws the evaluation set (a held-out part may be empty)
     except ValueError as e:
         raise ConfigError(f"{where}{e}") from None

@@ -76,3 +76,18 @@ def test_screened_runs_emerge_at_the_same_step_as_whole_evaluations(tmp_path):
         elif i > 0:  # a fixed subset of the same set: close to it, and a reading of it
             assert 0 <= screen <= 1 and abs(screen - whole["curves"]["val/token_acc"][i]) < 0.2
     assert "val/screen" not in whole["curves"]  # no screen, no reading
+
+
+def test_the_screen_is_at_most_an_eighth_of_the_sequences_trained_between_evaluations():
+    from bench.training.config import screen_size, task_instance
+
+    def rows(*overrides):
+        return task_instance(*(lambda c: (c.task, c.train))(load_run_config(list(overrides))),
+                             seed=0).screen_rows
+
+    assert rows() == 128 + 64  # the default: batch 64 every 50 steps trains 3,200 sequences
+    assert rows("train.batch_size=8") == 50 + 25  # 400 sequences between evaluations
+    assert rows("train.batch_size=8", "train.eval_every=10") == 16 + 8  # never fewer than 16
+    assert rows("train.batch_size=8", "train.screen_size=0") == 0  # no screen stays none
+    cfg = load_run_config(["train.batch_size=1", "train.eval_every=1", "train.screen_size=4"])
+    assert screen_size(cfg.train) == 4  # a smaller screen asked for is kept
