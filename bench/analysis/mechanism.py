@@ -9,9 +9,10 @@ distribution-free interval (order statistics of the binomial, at least 95% cover
 of seeds whose rise falls within one evaluation of emergence, and Spearman's rank correlation of
 rise and emergence steps across seeds with its permutation p-value, exact up to 9 seeds, else
 from 9,999 random pairings (do seeds that find the pattern later emerge later?). Rows whose
-runs were patched (`train.patch`) add the fraction of the pre-to-post gap restored by the best
-head, by the greedy set of a quarter of the heads, by all heads, and by the ground-truth
-pattern in every head.
+runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the plateau,
+p(correct) pre and post, the fraction of the gap restored by the best head, by the greedy set of
+a quarter of the heads, by all heads, and by the ground-truth pattern in every head, and the
+accuracy the ground truth gives (does it reach the emergence threshold?).
 """
 
 from __future__ import annotations
@@ -87,21 +88,32 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
-    """Medians over the row's patched runs of the fraction of the gap restored."""
+    """Medians over the row's patched runs whose pre checkpoint is on the plateau (elsewhere the
+    gap is between two nearby checkpoints and its fractions are unstable): p(correct) pre and
+    post, the fraction of the gap restored, and the accuracy with the ground truth patched in,
+    with how many runs it brings to the emergence threshold (token accuracy criteria)."""
     patched = [r["patch"] for r in row["runs"] if isinstance(r.get("patch"), dict)]
     if not patched:
         return None
+    used = [p for p in patched if p.get("on_plateau", True)]
     med = finite_median
 
     def greedy_at(p, k):
         return p["greedy"][min(k, len(p["greedy"])) - 1]["restored"]
 
-    return {"runs": len(patched),
-            "top1": med([greedy_at(p, 1) for p in patched]),
-            "quarter": med([greedy_at(p, max(1, len(p["greedy"]) // 4)) for p in patched]),
-            "all": med([greedy_at(p, len(p["greedy"])) for p in patched]),
-            "truth": med([p["ground_truth"][-1]["restored"] for p in patched]),
-            "heads": len(patched[0]["greedy"])}
+    criterion = row["job_config"].get("emergence", {})
+    solves = None
+    if criterion.get("metric", "val/token_acc") == "val/token_acc" and used:
+        solves = sum(p["ground_truth"][-1]["acc"] >= criterion.get("threshold", math.inf)
+                     for p in used)
+    return {"runs": len(patched), "used": len(used),
+            "pre": med([p["pre"]["p"] for p in used]), "post": med([p["post"]["p"] for p in used]),
+            "top1": med([greedy_at(p, 1) for p in used]),
+            "quarter": med([greedy_at(p, max(1, len(p["greedy"]) // 4)) for p in used]),
+            "all": med([greedy_at(p, len(p["greedy"])) for p in used]),
+            "truth": med([p["ground_truth"][-1]["restored"] for p in used]),
+            "truth_acc": med([p["ground_truth"][-1]["acc"] for p in used]),
+            "solves": solves, "heads": len(patched[0]["greedy"])}
 
 
 def _steps(x: float) -> str:
@@ -123,9 +135,12 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              _num(m["coincide"]), _num(m["rho"]), _num(m["p"], 3)])
         p = patch_summary(row)
         if p:
-            patch_rows.append([row["task"], f"`{row['architecture']}`", p["runs"], p["heads"],
-                               _num(p["top1"]), _num(p["quarter"]), _num(p["all"]),
-                               _num(p["truth"])])
+            patch_rows.append([row["task"], f"`{row['architecture']}`",
+                               f"{p['used']}/{p['runs']}", p["heads"],
+                               f"{_num(p['pre'])} -> {_num(p['post'])}", _num(p["top1"]),
+                               _num(p["quarter"]), _num(p["all"]), _num(p["truth"]),
+                               _num(p["truth_acc"]),
+                               "-" if p["solves"] is None else f"{p['solves']}/{p['used']}"])
     if not lag_rows:
         return []
     lines = ["## Mechanism: the pattern against emergence", "",
@@ -140,12 +155,18 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
              *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
                               "lag interval", "coincide", "rho", "p"], lag_rows)]
     if patch_rows:
-        lines += ["", "Attention patching (bench patch, pre = last checkpoint on the plateau, "
-                  "post = first at or after emergence): median fraction of the pre-to-post gap "
-                  "in p(correct) restored by the best single head, the greedy set of a quarter "
-                  "of the heads, all heads, and the ground-truth pattern in every head.", "",
-                  *markdown.table(["task", "architecture", "patched runs", "heads", "best head",
-                                   "quarter of heads", "all heads", "ground truth"], patch_rows)]
+        lines += ["", "Attention patching (bench patch, pre = last kept checkpoint on the "
+                  "plateau, post = first at or after emergence), medians over the patched runs "
+                  "whose pre checkpoint is on the plateau (runs without an observed plateau are "
+                  "left out: their gap is between two nearby checkpoints): p(correct) pre -> "
+                  "post; the fraction of that gap restored by the best single head, the greedy "
+                  "set of a quarter of the heads, all heads, and the ground-truth pattern in "
+                  "every head; the token accuracy with the ground truth patched in, and in how "
+                  "many runs it reaches the emergence threshold.", "",
+                  *markdown.table(["task", "architecture", "on plateau/patched", "heads",
+                                   "p pre -> post", "best head", "quarter of heads", "all heads",
+                                   "ground truth", "ground-truth accuracy",
+                                   "reaches threshold"], patch_rows)]
     return lines
 
 

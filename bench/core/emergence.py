@@ -169,7 +169,9 @@ class EmergenceTracker:
         return (value - self.baseline) / (self.solved - self.baseline)
 
     def transition(self) -> tuple[int | None, int | None, str]:
-        """(end of the plateau, start of the final rise, why a width is missing or "")."""
+        """(end of the plateau, start of the final rise, why a width is missing or ""); a run
+        that emerged short of 90% progress has a plateau end (the last evaluation <= 10% up
+        before emergence) but no final rise."""
         if self.status != "emerged":
             return None, None, f"{self.status}: no rise to measure"
         upto = [(s, self.progress(v)) for s, v in self.history]
@@ -178,17 +180,19 @@ class EmergenceTracker:
             if p < 0.9:
                 break
             t90 = s
-        if t90 is None:  # emerged on a criterion short of 90% progress
-            return None, None, "the criterion was met short of 90% of the way up"
-        flat = [s for s, p in upto if 0 < s < t90 and p <= 0.1]
-        if not flat:
+        # a criterion short of 90% progress has a plateau (before emergence) but no width
+        flat = [s for s, p in upto if 0 < s < (t90 or self.step) and p <= 0.1]
+        end = max(flat) if flat else None
+        if t90 is None:
+            return end, None, "the criterion was met short of 90% of the way up"
+        if end is None:
             return None, t90, "no evaluation after step 0 sat on the plateau (<= 10% up)"
-        return max(flat), t90, ""
+        return end, t90, ""
 
     def transition_width(self) -> int | None:
         """Steps from the end of the plateau (<= 10%) to the start of the final rise (>= 90%),
         where a plateau was observed."""
         t10, t90, _ = self.transition()
-        return None if t10 is None else t90 - t10
+        return None if t10 is None or t90 is None else t90 - t10
 
 

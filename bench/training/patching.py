@@ -149,7 +149,9 @@ def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = No
     if not patcher.layers:
         raise ConfigError(f"arch.name: mixer '{patcher.cfg.arch.name}' exposes no attention "
                           "probabilities to patch (it must declare PatchesAttention)")
-    report = analyse(patcher, pre, post)
+    end = result.get("plateau_end")
+    report = {**analyse(patcher, pre, post), "plateau_end": end,
+              "on_plateau": end is not None and pre <= end}
     write_files(run_dir / "patch", report)
     return report
 
@@ -194,13 +196,22 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _off_plateau(r: dict[str, Any]) -> list[str]:
+    if r.get("on_plateau", True):
+        return []
+    end = r.get("plateau_end")
+    where = f"it ended at step {end}" if end is not None else "none was observed"
+    return ["", f"The pre checkpoint is not on the plateau ({where}): the gap is what changed "
+            "between two nearby checkpoints, and the fractions restored are unstable."]
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     pre, post = r["pre"], r["post"]
     lines = [f"# Attention patching: step {pre['step']} (pre) <- step {post['step']} (post)", "",
              f"{r['sequences']} held-out sequences. Mean probability of the correct token p and "
              f"token accuracy: pre {_f(pre['p'])} / {_f(pre['acc'])}, post {_f(post['p'])} / "
              f"{_f(post['acc'])}. Restored: the fraction of the pre-to-post gap in p a patch "
-             "closes.", "", "## One head at a time", "",
+             "closes.", *_off_plateau(r), "", "## One head at a time", "",
              *markdown.table(["layer", "head", "dp", "d accuracy", "restored"],
                              [[h["layer"], h["head"], _f(h["dp"]), _f(h["dacc"]),
                                _f(h["restored"], 2)] for h in r["heads"]]),

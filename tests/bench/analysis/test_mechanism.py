@@ -62,3 +62,26 @@ def test_a_board_with_influence_and_patching_shows_its_mechanism(tmp_path):
     assert "ground truth |" in text  # the patching table
     assert "![influence maps before and at emergence" in text
     assert (tmp_path / "mech" / "influence.png").stat().st_size > 1000
+
+
+def test_patching_summary_leaves_out_runs_whose_pre_checkpoint_is_off_the_plateau():
+    from bench.analysis.mechanism import patch_summary
+
+    def patch(pre, post, truth_acc, on_plateau):
+        gap = post - pre
+        return {"pre": {"p": pre}, "post": {"p": post}, "on_plateau": on_plateau,
+                "greedy": [{"restored": 0.1}, {"restored": 0.2}, {"restored": 0.3},
+                           {"restored": 0.9}],
+                "ground_truth": [{"restored": (truth_acc - pre) / gap, "acc": truth_acc}]}
+
+    runs = [{"patch": patch(0.5, 0.9, 0.95, True)}, {"patch": patch(0.5, 0.9, 0.6, True)},
+            {"patch": patch(0.88, 0.9, 0.5, False)},  # a gap of 0.02: restored -19
+            {"patch": "not patched: no attention"}]
+    s = patch_summary({"runs": runs, "job_config": {"emergence": {"metric": "val/token_acc",
+                                                                  "threshold": 0.9}}})
+    assert (s["runs"], s["used"], s["heads"]) == (3, 2, 4)
+    assert s["truth"] == pytest.approx((0.45 / 0.4 + 0.1 / 0.4) / 2)  # the -19 left out
+    assert s["truth_acc"] == pytest.approx(0.775) and s["solves"] == 1
+    assert (s["pre"], s["post"], s["top1"], s["all"]) == (0.5, 0.9, 0.1, 0.9)
+    loss = patch_summary({"runs": runs, "job_config": {"emergence": {"metric": "val/loss"}}})
+    assert loss["solves"] is None  # accuracy says nothing about a loss threshold

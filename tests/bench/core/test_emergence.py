@@ -111,3 +111,14 @@ def test_a_threshold_between_baseline_and_ceiling_passes_and_perfect_is_allowed(
 def test_criterion_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         EmergenceCriterion(**bad)
+
+
+def test_a_run_that_emerged_short_of_90_percent_has_a_plateau_end_but_no_width():
+    """Threshold 0.9 on a 0.5-baseline task is 80% progress: the run stops before 90%, yet its
+    plateau (where attention patching takes its pre-emergence checkpoint) was observed."""
+    t = EmergenceTracker(EmergenceCriterion(threshold=0.9), baseline=0.5, solved=1.0)
+    for step, v in [(0, 0.5), (50, 0.51), (100, 0.54), (150, 0.7), (200, 0.91), (250, 0.92)]:
+        t.update(step, v)
+    assert t.status == "emerged" and t.step == 200
+    assert t.transition() == (100, None, "the criterion was met short of 90% of the way up")
+    assert t.transition_width() is None

@@ -57,6 +57,9 @@ def test_the_report_has_every_head_the_greedy_sets_and_the_ground_truth(run_dir,
     result = json.loads((run_dir / "result.json").read_text())
     assert report["post"]["step"] >= result["steps_to_emergence"] > report["pre"]["step"]
     assert report["pre"]["p"] < report["post"]["p"]
+    # the default pre checkpoint sits on the plateau where one was observed
+    assert report["plateau_end"] == result["plateau_end"] is not None
+    assert report["on_plateau"] and report["pre"]["step"] <= result["plateau_end"]
     assert [(h["layer"], h["head"]) for h in report["heads"]] == [(0, h) for h in range(4)]
     greedy = report["greedy"]
     assert [g["k"] for g in greedy] == [1, 2, 3, 4]
