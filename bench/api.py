@@ -83,8 +83,8 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
           overrides: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
     """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
     the spec, without `.yaml`) and write its leaderboard. Returns {name, out, counts (jobs per
-    status), leaderboard (the path of leaderboard.md, None before any job finished)}."""
-    from .analysis.leaderboard import write_leaderboard
+    status), leaderboard (the path of leaderboard.md, None before any reported job finished)}."""
+    from .analysis.leaderboard import reported, write_leaderboard
     from .sweeps.results import read_results
     from .sweeps.sweep import load_spec, run_sweep
 
@@ -94,10 +94,11 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
     workers = default_workers(executor) if workers is None else workers
     counts = run_sweep(parsed, out, executor, workers, options or {}, progress)
     spec_dict, results = read_results(out)
-    if results:
+    shown = bool(reported(results, spec_dict))  # none while every reported job failed
+    if shown:
         write_leaderboard(out, spec_dict["name"], results, spec_dict)
     return {"name": parsed.name, "out": out, "counts": counts,
-            "leaderboard": out / "leaderboard.md" if results else None}
+            "leaderboard": out / "leaderboard.md" if shown else None}
 
 
 def default_workers(executor: str) -> int:

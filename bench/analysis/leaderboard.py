@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import markdown
+from ..core.errors import ConfigError
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import SurvivalSummary, finite_median, kaplan_meier
@@ -62,6 +63,12 @@ def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
     """Seeds that only chose learning rates: they never appear in the table's rows."""
     tune = (spec or {}).get("tune") or {}
     return set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
+
+
+def reported(results: list[dict[str, Any]], spec: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The finished runs the table reports (not the tuning seeds')."""
+    tuning = tune_seeds(spec)
+    return [r for r in results if r["config"]["seed"] not in tuning]
 
 
 def _accuracy(run: dict[str, Any], key: str) -> float:
@@ -269,8 +276,11 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
     spec = spec or {}
     record_defaults(spec.get("arch_defaults") or {})
     tuning = tune_seeds(spec)
-    reported = [r for r in results if r["config"]["seed"] not in tuning]
-    every_lr = summarise(reported)
+    shown = reported(results, spec)
+    if not shown:  # a sweep still tuning, or whose reported jobs all failed
+        raise ConfigError(f"{out}: no reported run has finished yet ({len(results)} tuning "
+                          f"run(s) have); `bench status {out}` shows where the sweep stands")
+    every_lr = summarise(shown)
     summaries = best_lr(every_lr)
     rows = [row for row, _ in summaries]
     tests = tests_markdown(run_tests(spec.get("tests") or [], rows))

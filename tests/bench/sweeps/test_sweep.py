@@ -6,6 +6,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from bench.analysis.leaderboard import best_lr, summarise, with_null_rows
 from bench.sweeps.results import SweepLock
 from bench.sweeps.sweep import expand, load_spec
@@ -198,3 +200,16 @@ def test_hardware_keys_leave_job_ids_and_rows_alone_so_a_gpu_rerun_matches(tmp_p
     half = expand(load_spec(spec, ["trainer.precision=bf16-mixed"]))
     assert half[0].job_id() != plain[0].job_id()
     assert expand(load_spec(spec, ["seeds=3"]))[2].seed == 2  # any spec field
+
+
+def test_a_sweep_still_tuning_has_no_table_yet_and_says_so(tmp_path):
+    """Only tuning runs finished (or every reported job failed): one line, not a traceback."""
+    from bench.analysis.leaderboard import reported, write_leaderboard
+    from bench.core.errors import ConfigError
+
+    spec = {"tune": {"lr": [1e-3, 3e-3], "seeds": 2}}
+    tuning = [{"config": {"seed": 1000}}, {"config": {"seed": 1001}}]
+    assert reported(tuning, spec) == [] and reported(tuning, {}) == tuning
+    with pytest.raises(ConfigError, match=r"no reported run has finished yet \(2 tuning"):
+        write_leaderboard(tmp_path, "x", tuning, spec)
+    assert list(tmp_path.iterdir()) == []  # nothing written
