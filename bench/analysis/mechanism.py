@@ -12,7 +12,8 @@ from 9,999 random pairings (do seeds that find the pattern later emerge later?).
 runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the plateau,
 p(correct) pre and post, the fraction of the gap restored by the best head, by the greedy set of
 a quarter of the heads, by all heads, and by the ground-truth pattern in every head, and the
-accuracy the ground truth gives (does it reach the emergence threshold?).
+accuracy the ground truth gives in every layer and in the best single layer (does it reach the
+emergence threshold?).
 """
 
 from __future__ import annotations
@@ -87,33 +88,47 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def on_plateau(run: dict[str, Any]) -> bool:
+    """Whether the run's patching took its pre checkpoint on the plateau (at or before the
+    plateau's end, as result.json records it)."""
+    end = run.get("plateau_end")
+    return end is not None and run["patch"]["pre"]["step"] <= end
+
+
 def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
     """Medians over the row's patched runs whose pre checkpoint is on the plateau (elsewhere the
     gap is between two nearby checkpoints and its fractions are unstable): p(correct) pre and
-    post, the fraction of the gap restored, and the accuracy with the ground truth patched in,
-    with how many runs it brings to the emergence threshold (token accuracy criteria)."""
-    patched = [r["patch"] for r in row["runs"] if isinstance(r.get("patch"), dict)]
-    if not patched:
+    post, the fraction of the gap restored, and the accuracy with the ground truth patched into
+    every layer and into the best single layer, with how many runs each brings to the emergence
+    threshold (token accuracy criteria)."""
+    runs = [r for r in row["runs"] if isinstance(r.get("patch"), dict)]
+    if not runs:
         return None
-    used = [p for p in patched if p.get("on_plateau", True)]
+    used = [r["patch"] for r in runs if on_plateau(r)]
     med = finite_median
 
     def greedy_at(p, k):
         return p["greedy"][min(k, len(p["greedy"])) - 1]["restored"]
 
+    def best_layer(p):  # the ground truth in one layer only, the best of them
+        return max(t["acc"] for t in p["ground_truth"][:-1]) if len(p["ground_truth"]) > 1 \
+            else p["ground_truth"][-1]["acc"]
+
     criterion = row["job_config"].get("emergence", {})
     solves = None
     if criterion.get("metric", "val/token_acc") == "val/token_acc" and used:
-        solves = sum(p["ground_truth"][-1]["acc"] >= criterion.get("threshold", math.inf)
-                     for p in used)
-    return {"runs": len(patched), "used": len(used),
+        threshold = criterion.get("threshold", math.inf)
+        solves = (sum(p["ground_truth"][-1]["acc"] >= threshold for p in used),
+                  sum(best_layer(p) >= threshold for p in used))
+    return {"runs": len(runs), "used": len(used),
             "pre": med([p["pre"]["p"] for p in used]), "post": med([p["post"]["p"] for p in used]),
             "top1": med([greedy_at(p, 1) for p in used]),
             "quarter": med([greedy_at(p, max(1, len(p["greedy"]) // 4)) for p in used]),
             "all": med([greedy_at(p, len(p["greedy"])) for p in used]),
             "truth": med([p["ground_truth"][-1]["restored"] for p in used]),
             "truth_acc": med([p["ground_truth"][-1]["acc"] for p in used]),
-            "solves": solves, "heads": len(patched[0]["greedy"])}
+            "truth_layer_acc": med([best_layer(p) for p in used]),
+            "solves": solves, "heads": len(runs[0]["patch"]["greedy"])}
 
 
 def _steps(x: float) -> str:
@@ -139,8 +154,9 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                                f"{p['used']}/{p['runs']}", p["heads"],
                                f"{_num(p['pre'])} -> {_num(p['post'])}", _num(p["top1"]),
                                _num(p["quarter"]), _num(p["all"]), _num(p["truth"]),
-                               _num(p["truth_acc"]),
-                               "-" if p["solves"] is None else f"{p['solves']}/{p['used']}"])
+                               f"{_num(p['truth_acc'])} / {_num(p['truth_layer_acc'])}",
+                               "-" if p["solves"] is None else
+                               f"{p['solves'][0]} / {p['solves'][1]} of {p['used']}"])
     if not lag_rows:
         return []
     lines = ["## Mechanism: the pattern against emergence", "",
@@ -161,12 +177,13 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                   "left out: their gap is between two nearby checkpoints): p(correct) pre -> "
                   "post; the fraction of that gap restored by the best single head, the greedy "
                   "set of a quarter of the heads, all heads, and the ground-truth pattern in "
-                  "every head; the token accuracy with the ground truth patched in, and in how "
-                  "many runs it reaches the emergence threshold.", "",
+                  "every head; the token accuracy with the ground truth patched into every "
+                  "layer / into the best single layer (a maximum over the layers, per run), and "
+                  "in how many runs each reaches the emergence threshold.", "",
                   *markdown.table(["task", "architecture", "on plateau/patched", "heads",
                                    "p pre -> post", "best head", "quarter of heads", "all heads",
-                                   "ground truth", "ground-truth accuracy",
-                                   "reaches threshold"], patch_rows)]
+                                   "ground truth", "ground-truth accuracy (all / best layer)",
+                                   "reaches threshold (all / best layer)"], patch_rows)]
     return lines
 
 

@@ -301,7 +301,7 @@ def patch_summary(run_dir: Path) -> dict[str, Any] | str:
         report = patch_run(run_dir)
     except ConfigError as e:
         return f"not patched: {e}"
-    return {k: report[k] for k in ("pre", "post", "greedy", "ground_truth")}
+    return {k: report[k] for k in ("pre", "post", "greedy", "ground_truth", "on_plateau")}
 
 
 def circuits_summary(run_dir: Path) -> dict[str, Any] | str:

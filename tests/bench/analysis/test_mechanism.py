@@ -54,6 +54,8 @@ def test_a_board_with_influence_and_patching_shows_its_mechanism(tmp_path):
         assert "val/influence_mass" in r["curves"]
         if r["config"]["arch"]["name"] == "transformer" and r["status"] == "emerged":
             assert r["patch"]["pre"]["step"] < r["patch"]["post"]["step"]
+            assert r["patch"]["on_plateau"] == (r["plateau_end"] is not None
+                                                and r["patch"]["pre"]["step"] <= r["plateau_end"])
         elif r["status"] == "emerged":
             assert r["patch"].startswith("not patched: arch.name: mixer 'mlp_mixer' exposes no")
     text = (tmp_path / "mech" / "leaderboard.md").read_text()
@@ -67,21 +69,24 @@ def test_a_board_with_influence_and_patching_shows_its_mechanism(tmp_path):
 def test_patching_summary_leaves_out_runs_whose_pre_checkpoint_is_off_the_plateau():
     from bench.analysis.mechanism import patch_summary
 
-    def patch(pre, post, truth_acc, on_plateau):
+    def run(pre_step, plateau_end, pre, post, layer_accs, all_acc):
         gap = post - pre
-        return {"pre": {"p": pre}, "post": {"p": post}, "on_plateau": on_plateau,
-                "greedy": [{"restored": 0.1}, {"restored": 0.2}, {"restored": 0.3},
-                           {"restored": 0.9}],
-                "ground_truth": [{"restored": (truth_acc - pre) / gap, "acc": truth_acc}]}
+        truth = [{"acc": a} for a in layer_accs] + [{"restored": (all_acc - pre) / gap,
+                                                     "acc": all_acc}]
+        return {"plateau_end": plateau_end, "patch": {
+            "pre": {"step": pre_step, "p": pre}, "post": {"p": post},
+            "greedy": [{"restored": r} for r in (0.1, 0.2, 0.3, 0.9)], "ground_truth": truth}}
 
-    runs = [{"patch": patch(0.5, 0.9, 0.95, True)}, {"patch": patch(0.5, 0.9, 0.6, True)},
-            {"patch": patch(0.88, 0.9, 0.5, False)},  # a gap of 0.02: restored -19
-            {"patch": "not patched: no attention"}]
+    runs = [run(200, 300, 0.5, 0.9, [0.97, 0.5], 0.95), run(200, 200, 0.5, 0.9, [0.7, 0.4], 0.6),
+            run(1050, 300, 0.88, 0.9, [0.5, 0.5], 0.5),  # pre after the plateau: gap 0.02
+            run(1050, None, 0.88, 0.9, [0.5, 0.5], 0.5),  # no plateau observed
+            {"plateau_end": 100, "patch": "not patched: no attention"}]
     s = patch_summary({"runs": runs, "job_config": {"emergence": {"metric": "val/token_acc",
                                                                   "threshold": 0.9}}})
-    assert (s["runs"], s["used"], s["heads"]) == (3, 2, 4)
-    assert s["truth"] == pytest.approx((0.45 / 0.4 + 0.1 / 0.4) / 2)  # the -19 left out
-    assert s["truth_acc"] == pytest.approx(0.775) and s["solves"] == 1
+    assert (s["runs"], s["used"], s["heads"]) == (4, 2, 4)
+    assert s["truth"] == pytest.approx((0.45 / 0.4 + 0.1 / 0.4) / 2)  # the -19s left out
+    assert s["truth_acc"] == pytest.approx(0.775) and s["truth_layer_acc"] == pytest.approx(0.835)
+    assert s["solves"] == (1, 1)  # every layer / the best single layer
     assert (s["pre"], s["post"], s["top1"], s["all"]) == (0.5, 0.9, 0.1, 0.9)
     loss = patch_summary({"runs": runs, "job_config": {"emergence": {"metric": "val/loss"}}})
     assert loss["solves"] is None  # accuracy says nothing about a loss threshold
