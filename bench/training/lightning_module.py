@@ -30,8 +30,8 @@ ATTENTION_MIN_ROWS = 2  # sequences, however long
 
 
 def attention_rows(seq_len: int) -> int:
-    """Sequences whose attention an evaluation records: every one of the screen at short
-    lengths (the quickstart's, L = 64), 16 at L = 256, 2 at L = 1024."""
+    """Sequences whose attention an evaluation records: every one of the screen up to
+    L = 64 (the quickstart's 23 included), 16 at L = 256, 2 at L = 1024."""
     return max(ATTENTION_MIN_ROWS, ATTENTION_ENTRIES // seq_len**2)
 
 
