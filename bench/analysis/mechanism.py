@@ -171,8 +171,9 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
              *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
                               "lag interval", "coincide", "rho", "p"], lag_rows)]
     if patch_rows:
-        lines += ["", "Attention patching (bench patch, pre = last kept checkpoint on the "
-                  "plateau, post = first at or after emergence), medians over the patched runs "
+        lines += ["", "Attention patching (bench patch, pre = the last kept checkpoint on "
+                  "the plateau: its end in runs that kept it, post = the first at or after "
+                  "emergence), medians over the patched runs "
                   "whose pre checkpoint is on the plateau (runs without an observed plateau are "
                   "left out: their gap is between two nearby checkpoints): p(correct) pre -> "
                   "post; the fraction of that gap restored by the best single head, the greedy "

@@ -181,13 +181,19 @@ class EmergenceTracker:
                 break
             t90 = s
         # a criterion short of 90% progress has a plateau (before emergence) but no width
-        flat = [s for s, p in upto if 0 < s < (t90 or self.step) and p <= 0.1]
-        end = max(flat) if flat else None
+        end = self.plateau_end(t90 or self.step)
         if t90 is None:
             return end, None, "the criterion was met short of 90% of the way up"
         if end is None:
             return None, t90, "no evaluation after step 0 sat on the plateau (<= 10% up)"
         return end, t90, ""
+
+    def plateau_end(self, before: int | None) -> int | None:
+        """The last evaluation after step 0 (and before step `before`) at most 10% of the way
+        up."""
+        flat = [s for s, v in self.history
+                if 0 < s and (before is None or s < before) and self.progress(v) <= 0.1]
+        return max(flat, default=None)
 
     def transition_width(self) -> int | None:
         """Steps from the end of the plateau (<= 10%) to the start of the final rise (>= 90%),

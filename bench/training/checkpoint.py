@@ -136,9 +136,11 @@ def is_log_spaced(step: int, eval_every: int) -> bool:
 class AnalysisCheckpoint(_AtomicCheckpoint):
     """Full checkpoints (weights, optimizer, schedule, loops) for analysis and replay, kept in
     `checkpoints/step=NNNNNNN.ckpt`: at initialisation and at log-spaced evaluations (1, 2, 4,
-    8, ... evaluations in), at the two evaluations that bracket emergence (the last before the
-    first passing evaluation of the confirmed run, and that one), and at the end. To keep the
-    bracket it saves at every evaluation and deletes what no rule keeps once it knows."""
+    8, ... evaluations in), at the end of the plateau (the last evaluation at most 10% of the
+    way up before the crossing: attention patching's pre model), at the two evaluations that
+    bracket emergence (the last before the first passing evaluation of the confirmed run, and
+    that one), and at the end. To keep the bracket and the plateau's end it saves at every
+    evaluation and deletes what no rule keeps once it knows."""
 
     def __init__(self, run_dir: Path, job_id: str, tracker: Any, eval_every: int):
         super().__init__(run_dir, job_id, save_top_k=-1)
@@ -169,6 +171,9 @@ class AnalysisCheckpoint(_AtomicCheckpoint):
         keep = {s for s in self.saved if is_log_spaced(s, self.eval_every)}
         keep.add(self.saved[-1])  # the latest: the end, or a future bracket's lower side
         crossing = self.tracker.crossing
+        plateau = self.tracker.plateau_end(crossing)  # patching's pre-emergence model
+        if plateau is not None and plateau in self.saved:
+            keep.add(plateau)
         if crossing is not None and crossing in self.saved:
             i = self.saved.index(crossing)
             keep |= set(self.saved[max(i - 1, 0):]) if not final and \
@@ -191,10 +196,10 @@ class AnalysisCheckpoint(_AtomicCheckpoint):
 
 def analysis_disk_bytes(cfg: Any) -> int:
     """An upper estimate of one run's analysis checkpoints on disk: initialisation, the
-    log-spaced evaluations, the bracket and the end, each the weights and AdamW's two moments
-    in float32."""
+    log-spaced evaluations, the plateau's end, the bracket and the end, each the weights and
+    AdamW's two moments in float32."""
     from .memory import parameter_count
 
     evaluations = max(cfg.train.max_steps // cfg.train.eval_every, 1)
-    count = 1 + evaluations.bit_length() + 3
+    count = 1 + evaluations.bit_length() + 4
     return count * parameter_count(cfg)[0] * 4 * 3

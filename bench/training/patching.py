@@ -29,8 +29,9 @@ from .reports import pyplot, write_report
 
 
 def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
-    """(pre, post): the last kept checkpoint on the plateau (at or before the plateau's end,
-    else before the emergence step) and the first at or after emergence."""
+    """(pre, post): the last kept checkpoint on the plateau (its end, which analysis
+    checkpoints keep; else the last at or before it; else the last before the emergence step)
+    and the first at or after emergence."""
     if result["status"] != "emerged":
         raise ConfigError(f"--pre/--post: the run did not emerge ({result['status']}); give both "
                           f"steps (kept checkpoints: {kept})")

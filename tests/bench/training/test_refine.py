@@ -49,7 +49,9 @@ def test_checkpoints_kept_are_initialisation_log_spaced_bracket_and_end(refined)
     assert {0, 25, 50} <= set(kept)  # initialisation, 1 and 2 evaluations in
     assert {evaluated - 25, evaluated, result["steps"]} <= set(kept)
     logspaced = {0, 25, 50, 100, 200, 400}
-    assert set(kept) <= logspaced | {evaluated - 25, evaluated, result["steps"]}
+    plateau = result["plateau_end"]  # patching's pre model, where a plateau was observed
+    assert plateau is None or plateau in kept
+    assert set(kept) <= logspaced | {evaluated - 25, evaluated, result["steps"], plateau}
     state = torch.load(analysis_path(run_dir, evaluated), weights_only=True)
     assert state["global_step"] == evaluated and state["optimizer_states"]  # a full checkpoint
 
@@ -112,9 +114,13 @@ def test_bracket_candidates_go_when_a_passing_run_breaks_off(tmp_path):
             assert {40, 50} <= set(cb.saved)
         if step == 60:  # it broke off: 40 and 50 go (neither log-spaced)
             assert cb.saved == [10, 20, 40, 60]
+        if step == 100:  # the plateau's end so far (0.5 at 60 is <= 10% up) stays
+            assert 60 in cb.saved
     assert tracker.status == "emerged" and tracker.step == 110
     cb.on_train_end(trainer, None)
-    assert cb.saved == [10, 20, 40, 80, 100, 110, 140]
+    # 60: the plateau's end, patching's pre model (it came back to 0.5 after a false start)
+    assert cb.saved == [10, 20, 40, 60, 80, 100, 110, 140]
+    assert tracker.transition()[0] == 60
     assert analysis_steps(tmp_path) == cb.saved
 
 
