@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from ..core import markdown
+from ..core.emergence import on_plateau
 from ..core.rows import emergence_step
 from ..core.stats import finite_median
 
@@ -88,13 +89,6 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def on_plateau(run: dict[str, Any]) -> bool:
-    """Whether the run's patching took its pre checkpoint on the plateau (at or before the
-    plateau's end, as result.json records it)."""
-    end = run.get("plateau_end")
-    return end is not None and run["patch"]["pre"]["step"] <= end
-
-
 def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
     """Medians over the row's patched runs whose pre checkpoint is on the plateau (elsewhere the
     gap is between two nearby checkpoints and its fractions are unstable): p(correct) pre and
@@ -104,7 +98,9 @@ def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
     runs = [r for r in row["runs"] if isinstance(r.get("patch"), dict)]
     if not runs:
         return None
-    used = [r["patch"] for r in runs if on_plateau(r)]
+    # decided from result.json's plateau end, so runs patched before patch.json said it count
+    used = [r["patch"] for r in runs
+            if on_plateau(r["patch"]["pre"]["step"], r.get("plateau_end"))]
     med = finite_median
 
     def greedy_at(p, k):

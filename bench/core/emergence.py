@@ -23,6 +23,12 @@ SCREEN_MARGIN = 0.2
 """progress below the threshold's at which a screened evaluation still evaluates the whole set"""
 
 
+def on_plateau(step: int, plateau_end: int | None) -> bool:
+    """Whether `step` lies on a run's plateau (at or before its recorded end): where attention
+    patching's pre-emergence model must come from."""
+    return plateau_end is not None and step <= plateau_end
+
+
 @dataclass
 class EmergenceCriterion:
     metric: Metric = "val/token_acc"
@@ -181,7 +187,7 @@ class EmergenceTracker:
                 break
             t90 = s
         # a criterion short of 90% progress has a plateau (before emergence) but no width
-        end = self.plateau_end(t90 or self.step)
+        end = self.plateau_end(self.step if t90 is None else t90)
         if t90 is None:
             return end, None, "the criterion was met short of 90% of the way up"
         if end is None:

@@ -22,6 +22,7 @@ import torch
 from architectures import PatchesAttention
 
 from ..core import markdown
+from ..core.emergence import on_plateau
 from ..core.errors import ConfigError
 from .checkpoint import analysis_steps, load_analysis_module
 from .config import build_run_task, load_run_config
@@ -152,7 +153,7 @@ def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = No
                           "probabilities to patch (it must declare PatchesAttention)")
     end = result.get("plateau_end")
     report = {**analyse(patcher, pre, post), "plateau_end": end,
-              "on_plateau": end is not None and pre <= end}
+              "on_plateau": on_plateau(pre, end)}
     write_files(run_dir / "patch", report)
     return report
 
