@@ -8,7 +8,9 @@ behind the emergence step over the emerged seeds (negative: the pattern led), it
 distribution-free interval (order statistics of the binomial, at least 95% coverage), the share
 of seeds whose rise falls within one evaluation of emergence, and Spearman's rank correlation of
 rise and emergence steps across seeds with its permutation p-value, exact up to 9 seeds, else
-from 9,999 random pairings (do seeds that find the pattern later emerge later?). Rows whose
+from 9,999 random pairings (do seeds that find the pattern later emerge later?). Over every seed,
+emerged or not: the curve's start and end (medians) and how many seeds that never emerged rose
+all the same, so a mixer that never emerges still says whether it learned the pattern. Rows whose
 runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the plateau,
 p(correct) pre and post, the fraction of the gap restored by the best head, by the greedy set of
 a quarter of the heads, by all heads, and by the ground-truth pattern in every head, and the
@@ -68,24 +70,39 @@ def spearman(a: list[float], b: list[float]) -> tuple[float, float]:
     return float(spearmanr(a, b).statistic), float(res.pvalue)
 
 
+def _ends(curve: list[float]) -> tuple[float, float]:
+    """(first, last) finite values of a pattern curve."""
+    finite = [v for v in curve if math.isfinite(v)]
+    return (finite[0], finite[-1]) if finite else (math.nan, math.nan)
+
+
 def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per pattern curve the row recorded: the lag summary over its emerged seeds."""
-    emerged = [r for r in row["runs"] if r["status"] == "emerged" and r.get("curves")]
+    """Per pattern curve the row recorded: the lag summary over its emerged seeds, and over every
+    seed the curve's start and end (medians) and how many seeds that never emerged rose anyway
+    (a pattern learned without the capability)."""
     eval_every = row["job_config"]["train"]["eval_every"]
     out = []
     for key, label in CURVES:
-        pairs = [(rise_step(r["curves"], key), emergence_step(r)) for r in emerged
-                 if key in r["curves"]]
-        if not pairs:
+        runs = [r for r in row["runs"] if key in (r.get("curves") or {})]
+        if not runs:
             continue
+        pairs = [(rise_step(r["curves"], key), emergence_step(r)) for r in runs
+                 if r["status"] == "emerged"]
+        censored = [r for r in runs if r["status"] != "emerged"]
         risen = [(rise, em) for rise, em in pairs if rise is not None]
         lags = [rise - em for rise, em in risen]
         med, low, high = median_interval(lags) if lags else (math.nan,) * 3
         rho, p = spearman([r for r, _ in risen], [e for _, e in risen])
-        out.append({"curve": label, "emerged": len(pairs), "risen": len(risen),
-                    "median_lag": med, "lag_low": low, "lag_high": high,
+        ends = [_ends(r["curves"][key]) for r in runs]
+        out.append({"curve": label, "seeds": len(runs), "emerged": len(pairs),
+                    "risen": len(risen), "median_lag": med, "lag_low": low, "lag_high": high,
                     "coincide": sum(abs(x) <= eval_every for x in lags) / len(lags)
-                    if lags else math.nan, "rho": rho, "p": p})
+                    if lags else math.nan, "rho": rho, "p": p,
+                    "start": finite_median([a for a, _ in ends]),
+                    "end": finite_median([b for _, b in ends]),
+                    "censored": len(censored),
+                    "censored_risen": sum(rise_step(r["curves"], key) is not None
+                                          for r in censored)})
     return out
 
 
@@ -143,7 +160,9 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
             lag_rows.append([row["task"], f"`{row['architecture']}`", m["curve"],
                              f"{m['risen']}/{m['emerged']}", _steps(m["median_lag"]),
                              f"[{_steps(m['lag_low'])}, {_steps(m['lag_high'])}]",
-                             _num(m["coincide"]), _num(m["rho"]), _num(m["p"], 3)])
+                             _num(m["coincide"]), _num(m["rho"]), _num(m["p"], 3),
+                             f"{_num(m['start'])} -> {_num(m['end'])}",
+                             f"{m['censored_risen']}/{m['censored']}"])
         p = patch_summary(row)
         if p:
             patch_rows.append([row["task"], f"`{row['architecture']}`",
@@ -163,9 +182,13 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
              "(negative: the pattern led); interval: order statistics, >= 95% coverage; "
              "coincide: share of seeds within one evaluation; rho: Spearman's rank correlation "
              "of rise and emergence steps across seeds, permutation p (exact up to 9 seeds, "
-             "else 9,999 random pairings), per row, not adjusted across rows.", "",
+             "else 9,999 random pairings), per row, not adjusted across rows. Over every "
+             "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), and "
+             "how many seeds that never emerged rose all the same (a pattern learned without the "
+             "capability).", "",
              *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
-                              "lag interval", "coincide", "rho", "p"], lag_rows)]
+                              "lag interval", "coincide", "rho", "p", "start -> end (all seeds)",
+                              "risen/not emerged"], lag_rows)]
     if patch_rows:
         lines += ["", "Attention patching (bench patch, pre = the last kept checkpoint on "
                   "the plateau: its end in runs that kept it, post = the first at or after "

@@ -37,9 +37,23 @@ def test_lags_per_row():
              "curves": {"step": [0, 50, 100, 150, 200], "val/influence_mass": curve}}
             for em, curve in [(100, [0.1, 0.1, 0.5, 0.5, 0.5]), (150, [0.1, 0.1, 0.1, 0.5, 0.5]),
                               (200, [0.1, 0.1, 0.1, 0.1, 0.5])]]
+    runs += [{"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
+              "curves": {"step": [0, 50, 100, 150, 200], "val/influence_mass": curve}}
+             for curve in ([0.1, 0.1, 0.3, 0.4, 0.4], [0.1, 0.1, 0.1, 0.11, math.nan])]
     (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
     assert (m["curve"], m["emerged"], m["risen"], m["median_lag"]) == ("influence", 3, 3, 0)
     assert m["coincide"] == 1.0 and m["rho"] == pytest.approx(1.0)
+    # every seed: start and end medians; one of the two censored seeds learned the pattern
+    assert (m["seeds"], m["start"], m["end"]) == (5, pytest.approx(0.1), pytest.approx(0.5))
+    assert (m["censored"], m["censored_risen"]) == (2, 1)
+
+
+def test_a_row_that_never_emerged_still_shows_its_pattern():
+    runs = [{"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
+             "curves": {"step": [0, 50, 100], "val/influence_mass": [0.2, 0.3, 0.6]}}] * 2
+    (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
+    assert (m["emerged"], m["risen"], m["censored_risen"]) == (0, 0, 2)
+    assert math.isnan(m["median_lag"]) and m["end"] == pytest.approx(0.6)
 
 
 @pytest.mark.slow
