@@ -48,6 +48,24 @@ def test_lags_per_row():
     assert (m["censored"], m["censored_risen"]) == (2, 1)
 
 
+def test_a_pattern_rising_with_the_metric_leads_the_threshold_but_not_the_half_rise():
+    # the pattern and the accuracy rise together over 100-200; the 0.9 threshold is met at 200
+    steps = [0, 50, 100, 150, 200, 250]
+    runs = [{"status": "emerged", "steps_to_emergence": 200, "budget_steps": 400,
+             "curves": {"step": steps, "val/parent_mass": [0.1, 0.1, 0.2, 0.5, 0.6, 0.6],
+                        "val/token_acc": [0.5, 0.5, 0.6, 0.8, 0.92, 0.95]}}] * 3
+    job = {"train": {"eval_every": 50}, "emergence": {"metric": "val/token_acc"}}
+    (m,) = row_mechanism({"runs": runs, "job_config": job})
+    assert (m["curve"], m["median_lag"], m["half_lag"], m["half_coincide"]) == \
+        ("attention", -50, 0, 1.0)
+    # a loss falls: its half-fall is the same step
+    loss = [{**r, "curves": {**r["curves"], "val/loss": [0.7, 0.7, 0.6, 0.3, 0.1, 0.1]}}
+            for r in runs]
+    job = {"train": {"eval_every": 50}, "emergence": {"metric": "val/loss"}}
+    (m,) = row_mechanism({"runs": loss, "job_config": job})
+    assert m["half_lag"] == 0
+
+
 def test_a_row_that_never_emerged_still_shows_its_pattern():
     runs = [{"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
              "curves": {"step": [0, 50, 100], "val/influence_mass": [0.2, 0.3, 0.6]}}] * 2
