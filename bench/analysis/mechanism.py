@@ -233,7 +233,8 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
 
 def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     """Per row, the median emerger's influence maps before and at emergence beside the ground
-    truth (scored rows only); False when no run kept maps."""
+    truth (scored rows only; a row where no seed emerged: its closest seed's first and last
+    maps); False when no run kept maps."""
     from ..training.reports import pyplot
     from .plots import _save, representative
 
@@ -247,16 +248,19 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     for (row, run), axes in zip(shown, grid):
         inf = run["influence"]
         steps, maps = inf["steps"], inf["maps"]
-        em = run["steps_to_emergence"]
-        at = next((i for i, s in enumerate(steps) if em is not None and s >= em),
-                  len(steps) - 1)
-        before = max(at - 1, 0)
+        em = run["steps_to_emergence"] if run["status"] == "emerged" else None
+        if em is None:  # never emerged: the first map against the last
+            before, at = 0, len(steps) - 1
+        else:
+            at = next((i for i, s in enumerate(steps) if s >= em), len(steps) - 1)
+            before = max(at - 1, 0)
         truth = run["attention_target"]
         P = len(maps[0])
         scored = inf.get("rows") or (  # runs before the row sample measured every scored row
             [i for i, r in enumerate(truth) if any(r)][:P] or list(range(len(truth) - P,
                                                                          len(truth))))
-        panels = [(maps[before], f"step {steps[before]}"), (maps[at], f"step {steps[at]}"),
+        last = "" if em is not None else " (last; never emerged)"
+        panels = [(maps[before], f"step {steps[before]}"), (maps[at], f"step {steps[at]}{last}"),
                   ([truth[i] for i in scored], "ground truth")]
         for ax, (m, title) in zip(axes, panels):
             ax.imshow(m, cmap="viridis", aspect="auto")

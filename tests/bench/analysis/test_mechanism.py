@@ -122,3 +122,23 @@ def test_patching_summary_leaves_out_runs_whose_pre_checkpoint_is_off_the_platea
     assert (s["pre"], s["post"], s["top1"], s["all"]) == (0.5, 0.9, 0.1, 0.9)
     loss = patch_summary({"runs": runs, "job_config": {"emergence": {"metric": "val/loss"}}})
     assert loss["solves"] is None  # accuracy says nothing about a loss threshold
+
+
+def test_the_influence_figure_shows_a_row_that_never_emerged(tmp_path, monkeypatch):
+    from bench.analysis import plots
+    from bench.analysis.mechanism import influence_figure
+
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (drawn.append(fig), save(fig, path)))
+
+    truth = [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
+    run = {"status": "censored", "steps_to_emergence": 400, "final_metrics": {"val/token_acc": .6},
+           "config": {"seed": 3, "emergence": {"metric": "val/token_acc"}},
+           "attention_target": truth,
+           "influence": {"steps": [0, 200, 400], "rows": [1, 2],
+                         "maps": [[[0.5, 0.5, 0], [0.3, 0.3, 0.4]]] * 3}}
+    assert influence_figure(tmp_path / "influence.png", [{"architecture": "gdn", "runs": [run]}])
+    assert (tmp_path / "influence.png").stat().st_size > 1000
+    titles = [ax.get_title() for ax in drawn[0].axes]
+    assert titles == ["step 0", "step 400 (last; never emerged)", "ground truth"]
