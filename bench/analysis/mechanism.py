@@ -10,7 +10,8 @@ of seeds whose rise falls within one evaluation of emergence, and Spearman's ran
 rise and emergence steps across seeds with its permutation p-value, exact up to 9 seeds, else
 from 9,999 random pairings (do seeds that find the pattern later emerge later?). Emergence is a
 threshold near the top of the metric's rise, so the lag is also given against the metric's own
-half-rise (the same definition on the emergence metric's curve): like against like. Over every seed,
+half-rise (the same definition on the emergence metric's curve, over every seed where both
+rose, emerged or not): like against like. Over every seed,
 emerged or not: the curve's start and end (medians) and how many seeds that never emerged rose
 all the same, so a mixer that never emerges still says whether it learned the pattern. Rows whose
 runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the plateau,
@@ -100,10 +101,11 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         lags = [rise - em for rise, em in risen]
         med, low, high = median_interval(lags) if lags else (math.nan,) * 3
         rho, p = spearman([r for r, _ in risen], [e for _, e in risen])
-        # the same half-rise definition on the emergence metric itself: a lead here is not
-        # the rest of the metric's own rise (emergence is a threshold near its top)
+        # the same half-rise definition on the emergence metric itself, over every seed whose
+        # metric and pattern both rose (emerged or not): a lead here is not the rest of the
+        # metric's own rise (emergence is a threshold near its top)
         halves = [(rise_step(r["curves"], key), rise_step(r["curves"], metric, falls))
-                  for r in runs if r["status"] == "emerged"]
+                  for r in runs]
         to_half = [a - b for a, b in halves if a is not None and b is not None]
         half_med, half_low, half_high = median_interval(to_half) if to_half else (math.nan,) * 3
         ends = [_ends(r["curves"][key]) for r in runs]
@@ -112,6 +114,7 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
                     "coincide": sum(abs(x) <= eval_every for x in lags) / len(lags)
                     if lags else math.nan, "rho": rho, "p": p,
                     "half_lag": half_med, "half_low": half_low, "half_high": half_high,
+                    "half_n": len(to_half),
                     "half_coincide": sum(abs(x) <= eval_every for x in to_half) / len(to_half)
                     if to_half else math.nan,
                     "start": finite_median([a for a, _ in ends]),
@@ -178,7 +181,8 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              f"[{_steps(m['lag_low'])}, {_steps(m['lag_high'])}]",
                              _num(m["coincide"]), _num(m["rho"]), _num(m["p"], 3),
                              f"{_steps(m['half_lag'])} [{_steps(m['half_low'])}, "
-                             f"{_steps(m['half_high'])}]", _num(m["half_coincide"]),
+                             f"{_steps(m['half_high'])}] ({m['half_n']})",
+                             _num(m["half_coincide"]),
                              f"{_num(m['start'])} -> {_num(m['end'])}",
                              f"{m['censored_risen']}/{m['censored']}"])
         p = patch_summary(row)
@@ -203,8 +207,9 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
              "else 9,999 random pairings), per row, not adjusted across rows. Emergence is a "
              "threshold near the top of the metric's rise, so a pattern that rises with the "
              "metric still leads it by part of the rise: lag to the metric's half-rise compares "
-             "like with like (the same half-rise definition on the emergence metric's curve; "
-             "median [interval], and the share within one evaluation). Over every "
+             "like with like (the same half-rise definition on the emergence metric's curve, "
+             "over every seed, emerged or not, where both rose: median [interval] (seeds), and "
+             "the share within one evaluation). Over every "
              "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), and "
              "how many seeds that never emerged rose all the same (a pattern learned without the "
              "capability).", "",

@@ -46,6 +46,7 @@ def test_lags_per_row():
     # every seed: start and end medians; one of the two censored seeds learned the pattern
     assert (m["seeds"], m["start"], m["end"]) == (5, pytest.approx(0.1), pytest.approx(0.5))
     assert (m["censored"], m["censored_risen"]) == (2, 1)
+    assert m["half_n"] == 0  # no accuracy curve recorded here
 
 
 def test_a_pattern_rising_with_the_metric_leads_the_threshold_but_not_the_half_rise():
@@ -72,6 +73,11 @@ def test_a_row_that_never_emerged_still_shows_its_pattern():
     (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
     assert (m["emerged"], m["risen"], m["censored_risen"]) == (0, 0, 2)
     assert math.isnan(m["median_lag"]) and m["end"] == pytest.approx(0.6)
+    # a seed that never emerged but whose accuracy rose with its pattern counts at the half-rise
+    runs = [{**runs[0], "curves": {"step": [0, 50, 100], "val/influence_mass": [0.2, 0.5, 0.6],
+                                   "val/token_acc": [0.5, 0.6, 0.8]}}]
+    (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
+    assert (m["half_n"], m["half_lag"]) == (1, -50)  # pattern half way at 50, accuracy at 100
 
 
 @pytest.mark.slow
