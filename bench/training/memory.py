@@ -3,11 +3,13 @@
 The terms are upper-end estimates in bytes, each named by the config field that drives it, so a
 run that cannot fit stops with one line instead of an allocator traceback (or swapping):
 parameters with their gradients and AdamW state (counted on the meta device: nothing allocated),
-training activations, the evaluation's chunked forward passes, and the task's hidden rule.
+training activations, the evaluation's chunked forward passes, and the task's hidden rule; for
+a run with a warm-up, the larger of its two phases.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
@@ -89,11 +91,23 @@ def run_device(cfg: RunConfig) -> str:
     return "cuda" if gpu else "cpu"
 
 
+def phases(cfg: RunConfig) -> list[dict[str, int]]:
+    """The estimate of each phase: the target run, and a warm-up (pretrain) before it, which
+    trains its own model on its own task while the target model's weights already exist."""
+    target = estimate(cfg)
+    if cfg.pretrain is None:
+        return [target]
+    warm = estimate(dataclasses.replace(cfg, task=cfg.pretrain.task, pretrain=None))
+    warm = {("pretrain.task" if k == "task" else k): v for k, v in warm.items()}
+    warm["arch"] += target["arch"] // 4  # the target's weights, no gradients or moments yet
+    return [target, warm]
+
+
 def check_memory(cfg: RunConfig) -> dict[str, int]:
-    """The estimate, or a one-line ConfigError naming the largest term's field when the total
-    exceeds the free memory where the run will train."""
+    """The estimate of the larger phase, or a one-line ConfigError naming its largest term's
+    field when the total exceeds the free memory where the run will train."""
     device = run_device(cfg)
-    terms = estimate(cfg)
+    terms = max(phases(cfg), key=lambda t: sum(t.values()))
     free, total = available_bytes(device), sum(terms.values())
     if free is not None and total > free:
         field = max(terms, key=terms.get)

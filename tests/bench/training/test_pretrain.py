@@ -183,3 +183,17 @@ def test_a_warm_up_leaderboard_labels_its_rows_and_tests_the_warm_up(spec_file, 
 def test_steps_saved_and_repaid_are_bounds_where_a_median_is_past_the_budget(scratch, warm,
                                                                              expect):
     assert saved(scratch, warm, 4000, 500) == expect
+
+
+def test_the_memory_check_counts_a_warm_up_longer_than_the_target(monkeypatch):
+    from bench.training import memory
+
+    cfg = load_run_config([*TARGET, "pretrain.task.name=dyck", "pretrain.task.length=512"])
+    target, warm = memory.phases(cfg)
+    assert target == memory.estimate(load_run_config(TARGET))
+    assert "pretrain.task" in warm and sum(warm.values()) > 10 * sum(target.values())
+    # free memory for the target alone: the warm-up does not fit, and says so in one line
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2 * sum(target.values()))
+    memory.check_memory(load_run_config(TARGET))
+    with pytest.raises(ConfigError, match=r"^train.batch_size: the run needs about .* GiB"):
+        memory.check_memory(cfg)
