@@ -35,20 +35,36 @@ MIN_RISE = 0.02
 CURVES = (("val/influence_mass", "influence"), ("val/parent_mass", "attention"))
 
 
-def rise_step(curves: dict[str, list[float]], key: str, falls: bool = False) -> int | None:
-    """The first evaluation at which `key` has covered half its rise from step 0 to its max
-    (with `falls`, half its fall to its min: a loss)."""
+def rise_step(curves: dict[str, list[float]], key: str, falls: bool = False,
+              floor: float = -math.inf) -> int | None:
+    """The first evaluation at which `key` has covered half its rise from step 0 (or from
+    `floor`, where that is higher) to its max (with `falls`, half its fall to its min: a
+    loss)."""
     values, steps = curves.get(key), curves.get("step")
     if values and falls:
         values = [-v for v in values]
     if not values or not steps or not math.isfinite(values[0]):
         return None
     finite = [v for v in values if math.isfinite(v)]
-    top = max(finite)
-    if top - values[0] < MIN_RISE:
+    top, start = max(finite), max(values[0], floor)
+    if top - start < MIN_RISE:
         return None
-    half = values[0] + (top - values[0]) / 2
+    half = start + (top - start) / 2
     return next(s for s, v in zip(steps, values) if math.isfinite(v) and v >= half - 1e-9)
+
+
+def even_mass(target: list[list[float]] | None) -> float:
+    """The influence mass on the parents of a map with no preference: each scored row (a row of
+    the ground truth `target` (L, L) with parents before it) spreading its influence evenly over
+    the earlier positions, (parents before p) / p, averaged over the rows; NaN without a
+    target. A mixer whose output projections start at zero has no influence on earlier positions
+    at step 0 (mass 0), so its curve's rise is measured from this level."""
+    shares = []
+    for p, row in enumerate(target or []):
+        parents = sum(1 for q in range(p) if row[q] > 0)
+        if parents:
+            shares.append(parents / p)
+    return sum(shares) / len(shares) if shares else math.nan
 
 
 def median_interval(values: list[float]) -> tuple[float, float, float]:
@@ -94,8 +110,14 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         runs = [r for r in row["runs"] if key in (r.get("curves") or {})]
         if not runs:
             continue
-        pairs = [(rise_step(r["curves"], key), emergence_step(r)) for r in runs
-                 if r["status"] == "emerged"]
+        floors = {id(r): even_mass(r.get("attention_target")) if label == "influence"
+                  else math.nan for r in runs}
+
+        def rise(r: dict[str, Any]) -> int | None:
+            floor = floors[id(r)]
+            return rise_step(r["curves"], key, floor=floor if math.isfinite(floor) else -math.inf)
+
+        pairs = [(rise(r), emergence_step(r)) for r in runs if r["status"] == "emerged"]
         censored = [r for r in runs if r["status"] != "emerged"]
         risen = [(rise, em) for rise, em in pairs if rise is not None]
         lags = [rise - em for rise, em in risen]
@@ -104,8 +126,7 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         # the same half-rise definition on the emergence metric itself, over every seed whose
         # metric and pattern both rose (emerged or not): a lead here is not the rest of the
         # metric's own rise (emergence is a threshold near its top)
-        halves = [(rise_step(r["curves"], key), rise_step(r["curves"], metric, falls))
-                  for r in runs]
+        halves = [(rise(r), rise_step(r["curves"], metric, falls)) for r in runs]
         to_half = [a - b for a, b in halves if a is not None and b is not None]
         half_med, half_low, half_high = median_interval(to_half) if to_half else (math.nan,) * 3
         ends = [_ends(r["curves"][key]) for r in runs]
@@ -120,8 +141,8 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
                     "start": finite_median([a for a, _ in ends]),
                     "end": finite_median([b for _, b in ends]),
                     "censored": len(censored),
-                    "censored_risen": sum(rise_step(r["curves"], key) is not None
-                                          for r in censored)})
+                    "even": finite_median(list(floors.values())),
+                    "censored_risen": sum(rise(r) is not None for r in censored)})
     return out
 
 
@@ -183,7 +204,7 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              f"{_steps(m['half_lag'])} [{_steps(m['half_low'])}, "
                              f"{_steps(m['half_high'])}] ({m['half_n']})",
                              _num(m["half_coincide"]),
-                             f"{_num(m['start'])} -> {_num(m['end'])}",
+                             f"{_num(m['start'])} -> {_num(m['end'])}", _num(m["even"]),
                              f"{m['censored_risen']}/{m['censored']}"])
         p = patch_summary(row)
         if p:
@@ -210,13 +231,16 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
              "like with like (the same half-rise definition on the emergence metric's curve, "
              "over every seed, emerged or not, where both rose: median [interval] (seeds), and "
              "the share within one evaluation). Over every "
-             "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), and "
-             "how many seeds that never emerged rose all the same (a pattern learned without the "
-             "capability).", "",
+             "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), the "
+             "influence mass of a map with no preference (every row spread evenly over the "
+             "earlier positions; an influence curve's rise is measured from this level where its "
+             "start is lower: a mixer whose output projections start at zero has no influence on "
+             "earlier positions at step 0), and how many seeds that never emerged rose all the "
+             "same (a pattern learned without the capability).", "",
              *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
                               "lag interval", "coincide", "rho", "p",
                               "lag to the metric's half-rise", "coincide (half-rise)",
-                              "start -> end (all seeds)",
+                              "start -> end (all seeds)", "no preference",
                               "risen/not emerged"], lag_rows)]
     if patch_rows:
         lines += ["", "Attention patching (bench patch, pre = the last kept checkpoint on "

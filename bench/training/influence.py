@@ -97,7 +97,8 @@ def alignment(influence: torch.Tensor, pattern: torch.Tensor, scored: torch.Tens
     maps (..., P, L) against the ground truth (..., P, L) at the scored positions `scored`
     (P,); `candidates` (..., P, L) bool: the earlier positions each row chooses its parents
     among (the parents are the candidates the pattern sets). The mass is the share of a row's
-    influence on all earlier positions that falls on its parents."""
+    influence on all earlier positions (and on p itself where p is a candidate) that falls on
+    its parents: at most 1."""
     L = influence.shape[-1]
     before = torch.arange(L, device=influence.device) < scored[:, None]  # (P, L)
     influence, pattern, candidates = (x.expand(pattern.shape).reshape(-1, *pattern.shape[-2:])
@@ -109,8 +110,9 @@ def alignment(influence: torch.Tensor, pattern: torch.Tensor, scored: torch.Tens
             own, choice = parents[m, p], candidates[m, p]
             if not own.any() or not (choice & ~own).any():
                 continue
-            row = influence[m, p]
-            masses.append(float(row[own].sum() / row[before[p]].sum().clamp_min(1e-30)))
+            row = influence[m, p]  # a task may pose p itself as a candidate (Dyck: the
+            # innermost bracket can be the current token): then p counts in the denominator too
+            masses.append(float(row[own].sum() / row[before[p] | choice].sum().clamp_min(1e-30)))
             aurocs.append(float(binary_auroc(row[choice], own[choice].long())))
     if not masses:
         return float("nan"), float("nan")

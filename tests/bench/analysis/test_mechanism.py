@@ -6,7 +6,13 @@ import math
 import pytest
 import yaml
 
-from bench.analysis.mechanism import median_interval, rise_step, row_mechanism, spearman
+from bench.analysis.mechanism import (
+    even_mass,
+    median_interval,
+    rise_step,
+    row_mechanism,
+    spearman,
+)
 from bench.api import sweep
 from bench.sweeps.results import read_results
 from tests.bench.conftest import TINY
@@ -18,6 +24,21 @@ def test_the_rise_is_the_first_evaluation_half_way_up():
     assert rise_step({"step": [0, 50], "m": [0.1, 0.11]}, "m") is None  # no rise of 0.02
     assert rise_step({"step": [0, 50], "m": [math.nan, 0.5]}, "m") is None
     assert rise_step(curves, "absent") is None
+
+
+def test_a_rise_from_zero_to_no_preference_is_no_rise():
+    # a mixer whose output projections start at zero: mass 0 at step 0, then the level of a map
+    # with no preference (every row spread evenly over the earlier positions)
+    target = [[0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]]
+    assert even_mass(target) == pytest.approx((1 / 2 + 2 / 3) / 2)
+    assert math.isnan(even_mass(None))
+    curves = {"step": [0, 50, 100, 150], "m": [0.0, 0.55, 0.58, 0.59]}
+    assert rise_step(curves, "m") == 50  # from zero: a rise at the first evaluation
+    assert rise_step(curves, "m", floor=even_mass(target)) is None  # not above no preference
+    run = {"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
+           "attention_target": target, "curves": {**curves, "val/influence_mass": curves["m"]}}
+    (m,) = row_mechanism({"runs": [run], "job_config": {"train": {"eval_every": 50}}})
+    assert m["censored_risen"] == 0 and m["even"] == pytest.approx(7 / 12)
 
 
 def test_the_median_interval_has_at_least_95_percent_coverage():

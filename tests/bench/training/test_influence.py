@@ -56,6 +56,16 @@ def test_a_known_pattern_is_recovered():
     assert mass == 0.0 and auroc < 0.5
 
 
+def test_the_mass_is_a_share_when_a_row_may_read_itself():
+    # Dyck poses the current token as a candidate; the residual makes its influence large
+    influence = torch.tensor([[0.1, 0.1, 0.8, 0.0]])
+    scored = torch.tensor([2])
+    truth = torch.tensor([[0.0, 0.0, 1.0, 0.0]])  # the parent is p itself
+    candidates = torch.tensor([[True, True, True, False]])
+    mass, auroc = alignment(influence, truth, scored, candidates)
+    assert mass == pytest.approx(0.8) and auroc == 1.0  # was 0.8 / 0.2 = 4
+
+
 def test_alignment_without_candidates_is_nan():
     influence = torch.full((2, 4), 0.25)
     scored = torch.tensor([2, 3])
