@@ -3,22 +3,27 @@
 For every run that recorded a pattern curve (the influence map's mass on the parents,
 `val/influence_mass`, for every mixer; the attention mass, `val/parent_mass`, for attention), the
 **alignment rise** is the first evaluation at which the curve has covered half of its rise from
-step 0 to its maximum; a curve that never rises by 0.02 has none. Per row: the lag of the rise
-behind the emergence step over the emerged seeds (negative: the pattern led), its median with a
-distribution-free interval (order statistics of the binomial, at least 95% coverage), the share
-of seeds whose rise falls within one evaluation of emergence, and Spearman's rank correlation of
-rise and emergence steps across seeds with its permutation p-value, exact up to 9 seeds, else
-from 9,999 random pairings (do seeds that find the pattern later emerge later?). Emergence is a
-threshold near the top of the metric's rise, so the lag is also given against the metric's own
-half-rise (the same definition on the emergence metric's curve, over every seed where both
-rose, emerged or not): like against like. Over every seed,
-emerged or not: the curve's start and end (medians) and how many seeds that never emerged rose
-all the same, so a mixer that never emerges still says whether it learned the pattern. Rows whose
-runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the plateau,
-p(correct) pre and post, the fraction of the gap restored by the best head, by the greedy set of
-a quarter of the heads, by all heads, and by the ground-truth pattern in every head, and the
-accuracy the ground truth gives in every layer and in the best single layer (does it reach the
-emergence threshold?).
+step 0 to its maximum; a curve that never rises by 0.02 has none. An influence curve rises from
+the mass of a map with no preference (rows spread evenly over the earlier positions) where its
+start is lower: a mixer whose output projections start at zero has no influence at step 0.
+
+Per row: the lag of the rise behind the emergence step over the emerged seeds (negative: the
+pattern led), its median with a distribution-free interval (order statistics of the binomial, at
+least 95% coverage), the share of seeds whose rise falls within one evaluation of emergence, and
+Spearman's rank correlation of rise and emergence steps across seeds with its permutation
+p-value, exact up to 9 seeds, else from 9,999 random pairings (do seeds that find the pattern
+later emerge later?). Emergence is a threshold near the top of the metric's rise, so the lag is
+also given against the metric's own half-rise (the same definition on the metric's curve, over
+every seed where both rose, emerged or not): like against like. Over every seed, emerged or not:
+the curve's start and end (medians), the no-preference mass, and how many seeds that never
+emerged rose all the same, so a mixer that never emerges still says whether it learned the
+pattern.
+
+Rows whose runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the
+plateau, p(correct) pre and post, the fraction of the gap restored by the best head, by the
+greedy set of a quarter of the heads, by all heads, and by the ground-truth pattern in every
+head, and the accuracy the ground truth gives in every layer and in the best single layer (does
+it reach the emergence threshold?).
 """
 
 from __future__ import annotations
@@ -98,10 +103,25 @@ def _ends(curve: list[float]) -> tuple[float, float]:
     return (finite[0], finite[-1]) if finite else (math.nan, math.nan)
 
 
+def pattern_rise(run: dict[str, Any], key: str) -> int | None:
+    """A run's alignment rise on the curve `key`; an influence curve rises from the
+    no-preference mass where its start is lower."""
+    floor = even_mass(run.get("attention_target")) if key == CURVES[0][0] else math.nan
+    return rise_step(run["curves"], key, floor=floor if math.isfinite(floor) else -math.inf)
+
+
+def _lags(lags: list[float], eval_every: int) -> tuple[float, float, float, float]:
+    """(median, interval low, interval high, share within one evaluation) of step lags."""
+    if not lags:
+        return (math.nan,) * 4
+    return (*median_interval(lags), sum(abs(x) <= eval_every for x in lags) / len(lags))
+
+
 def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per pattern curve the row recorded: the lag summary over its emerged seeds, and over every
-    seed the curve's start and end (medians) and how many seeds that never emerged rose anyway
-    (a pattern learned without the capability)."""
+    """Per pattern curve the row recorded: the lag summary over its emerged seeds, the lag to
+    the emergence metric's own half-rise, and over every seed the curve's start and end
+    (medians), the no-preference mass and how many seeds that never emerged rose anyway (a
+    pattern learned without the capability)."""
     eval_every = row["job_config"]["train"]["eval_every"]
     metric = row["job_config"].get("emergence", {}).get("metric", "val/token_acc")
     falls = not higher_is_better(metric)
@@ -110,39 +130,31 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         runs = [r for r in row["runs"] if key in (r.get("curves") or {})]
         if not runs:
             continue
-        floors = {id(r): even_mass(r.get("attention_target")) if label == "influence"
-                  else math.nan for r in runs}
-
-        def rise(r: dict[str, Any]) -> int | None:
-            floor = floors[id(r)]
-            return rise_step(r["curves"], key, floor=floor if math.isfinite(floor) else -math.inf)
-
-        pairs = [(rise(r), emergence_step(r)) for r in runs if r["status"] == "emerged"]
-        censored = [r for r in runs if r["status"] != "emerged"]
-        risen = [(rise, em) for rise, em in pairs if rise is not None]
-        lags = [rise - em for rise, em in risen]
-        med, low, high = median_interval(lags) if lags else (math.nan,) * 3
+        rises = [pattern_rise(r, key) for r in runs]
+        emerged = [(rise, emergence_step(r)) for rise, r in zip(rises, runs)
+                   if r["status"] == "emerged"]
+        risen = [(rise, em) for rise, em in emerged if rise is not None]
+        lag = _lags([rise - em for rise, em in risen], eval_every)
         rho, p = spearman([r for r, _ in risen], [e for _, e in risen])
         # the same half-rise definition on the emergence metric itself, over every seed whose
         # metric and pattern both rose (emerged or not): a lead here is not the rest of the
         # metric's own rise (emergence is a threshold near its top)
-        halves = [(rise(r), rise_step(r["curves"], metric, falls)) for r in runs]
+        halves = [(rise, rise_step(r["curves"], metric, falls)) for rise, r in zip(rises, runs)]
         to_half = [a - b for a, b in halves if a is not None and b is not None]
-        half_med, half_low, half_high = median_interval(to_half) if to_half else (math.nan,) * 3
+        half = _lags(to_half, eval_every)
         ends = [_ends(r["curves"][key]) for r in runs]
-        out.append({"curve": label, "seeds": len(runs), "emerged": len(pairs),
-                    "risen": len(risen), "median_lag": med, "lag_low": low, "lag_high": high,
-                    "coincide": sum(abs(x) <= eval_every for x in lags) / len(lags)
-                    if lags else math.nan, "rho": rho, "p": p,
-                    "half_lag": half_med, "half_low": half_low, "half_high": half_high,
-                    "half_n": len(to_half),
-                    "half_coincide": sum(abs(x) <= eval_every for x in to_half) / len(to_half)
-                    if to_half else math.nan,
+        censored = [rise for rise, r in zip(rises, runs) if r["status"] != "emerged"]
+        out.append({"curve": label, "seeds": len(runs), "emerged": len(emerged),
+                    "risen": len(risen), "median_lag": lag[0], "lag_low": lag[1],
+                    "lag_high": lag[2], "coincide": lag[3], "rho": rho, "p": p,
+                    "half_lag": half[0], "half_low": half[1], "half_high": half[2],
+                    "half_coincide": half[3], "half_n": len(to_half),
                     "start": finite_median([a for a, _ in ends]),
                     "end": finite_median([b for _, b in ends]),
+                    "even": finite_median([even_mass(r.get("attention_target")) for r in runs])
+                    if label == "influence" else math.nan,
                     "censored": len(censored),
-                    "even": finite_median(list(floors.values())),
-                    "censored_risen": sum(rise(r) is not None for r in censored)})
+                    "censored_risen": sum(rise is not None for rise in censored)})
     return out
 
 
