@@ -180,11 +180,21 @@ def patch(
         help="step of the pre-emergence checkpoint [the last on the plateau]")] = None,
     post: Annotated[int | None, typer.Option(
         help="step of the post-emergence checkpoint [the first at or after emergence]")] = None,
+    curve: Annotated[bool, typer.Option(
+        help="patch from every kept checkpoint between the plateau's end and --post instead "
+             "(RUN_DIR/patch/curve.*)")] = False,
 ) -> None:
     """Attention patching: the pre model with heads' attention taken from the post model (one
     at a time, greedy sets, the ground truth); writes RUN_DIR/patch/."""
-    from .training.patching import patch_run, to_markdown
+    from .training.patching import patch_curve, patch_run, to_markdown
 
+    if curve:
+        if pre is not None:
+            raise ConfigError("--pre: --curve patches from every kept checkpoint before --post; "
+                              "give --post only")
+        patch_curve(run_dir, post)
+        print((Path(run_dir) / "patch" / "curve.md").read_text())
+        return
     print(to_markdown(patch_run(run_dir, pre, post)))
 
 

@@ -128,9 +128,8 @@ def _patch(post: torch.Tensor, mask: torch.Tensor, truth: torch.Tensor, has_pare
     return apply
 
 
-def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = None) -> dict:
-    """Patch and write RUN_DIR/patch/; return the report (as in patch.json)."""
-    run_dir = Path(run_dir)
+def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[dict, int, int]:
+    """(result.json, pre, post) with the defaults filled in, or a one-line ConfigError."""
     if not (run_dir / "result.json").is_file():
         raise ConfigError(f"RUN_DIR: {run_dir} holds no finished run (result.json)")
     result = json.loads((run_dir / "result.json").read_text())
@@ -147,14 +146,69 @@ def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = No
                               f"{', '.join(map(str, kept))}")
     if pre >= post:
         raise ConfigError(f"--pre: step {pre} must come before --post {post}")
+    return result, pre, post
+
+
+def _patcher(run_dir: Path, result: dict, pre: int, post: int) -> Patcher:
     patcher = Patcher(run_dir, pre, post, result["config"])
     if not patcher.layers:
         raise ConfigError(f"arch.name: mixer '{patcher.cfg.arch.name}' exposes no attention "
                           "probabilities to patch (it must declare PatchesAttention)")
+    return patcher
+
+
+def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = None) -> dict:
+    """Patch and write RUN_DIR/patch/; return the report (as in patch.json)."""
+    run_dir = Path(run_dir)
+    result, pre, post = _checked(run_dir, pre, post)
     end = result.get("plateau_end")
-    report = {**analyse(patcher, pre, post), "plateau_end": end,
+    report = {**analyse(_patcher(run_dir, result, pre, post), pre, post), "plateau_end": end,
               "on_plateau": on_plateau(pre, end)}
     write_files(run_dir / "patch", report)
+    return report
+
+
+def patch_curve(run_dir: Path | str, post: int | None = None) -> dict:
+    """The patch from every kept checkpoint between the plateau's end (step 0 where none was
+    observed) and `post`: does the post model's attention restore more of the gap as the pre
+    model nears emergence? Writes RUN_DIR/patch/curve.{json,md,png}; returns the report."""
+    run_dir = Path(run_dir)
+    result, first, post = _checked(run_dir, None, post)
+    end = result.get("plateau_end")
+    pres = [s for s in analysis_steps(run_dir) if min(first, end or 0) <= s < post]
+    points = []
+    for pre in pres:
+        r = analyse(_patcher(run_dir, result, pre, post), pre, post)
+        points.append({"pre": pre, "on_plateau": on_plateau(pre, end), "p": r["pre"]["p"],
+                       "acc": r["pre"]["acc"], "best_head": r["greedy"][0]["restored"],
+                       "best_set": max((g["restored"] for g in r["greedy"]
+                                        if g["restored"] is not None), default=None),
+                       "all_heads": r["greedy"][-1]["restored"],
+                       "truth_acc": r["ground_truth"][-1]["acc"]})
+    post_p = r["post"]
+    report = {"post": post_p, "plateau_end": end, "points": points}
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key, label in (("best_head", "best head"), ("best_set", "best greedy set"),
+                       ("all_heads", "all heads")):
+        ax.plot(pres, [q[key] for q in points], marker="o", label=label)
+    if end is not None:
+        ax.axvline(end, color="grey", ls=":", label=f"plateau end (step {end})")
+    ax.set_xlabel(f"pre checkpoint (post: step {post})")
+    ax.set_ylabel("fraction of the gap in p restored")
+    ax.legend(fontsize=7)
+    text = "\n".join([
+        f"# Attention patching from every kept checkpoint into step {post} (post)", "",
+        f"post p {_f(post_p['p'])} / accuracy {_f(post_p['acc'])}; plateau end: {end}. "
+        "Restored: the fraction of each pre checkpoint's gap in p to the post model that the "
+        "post model's attention closes.", "",
+        *markdown.table(["pre", "on plateau", "p", "accuracy", "best head", "best greedy set",
+                         "all heads", "ground truth accuracy"],
+                        [[q["pre"], "yes" if q["on_plateau"] else "no", _f(q["p"]),
+                          _f(q["acc"]), _f(q["best_head"], 2), _f(q["best_set"], 2),
+                          _f(q["all_heads"], 2), _f(q["truth_acc"])] for q in points]),
+        "", "![curve](curve.png)", ""])
+    write_report(run_dir / "patch", "curve", fig, report, text)
     return report
 
 

@@ -75,6 +75,28 @@ def test_the_report_has_every_head_the_greedy_sets_and_the_ground_truth(run_dir,
     assert (run_dir / "patch" / "patch.png").stat().st_size > 1000
 
 
+def test_the_curve_patches_from_every_kept_checkpoint_from_the_plateau_on(run_dir, cli):
+    code, captured = cli("patch", str(run_dir), "--curve")
+    assert code == 0, captured.err
+    curve = json.loads((run_dir / "patch" / "curve.json").read_text())
+    result = json.loads((run_dir / "result.json").read_text())
+    post = curve["post"]["step"]
+    assert post >= result["steps_to_emergence"]
+    pres = [q["pre"] for q in curve["points"]]
+    assert pres == [s for s in analysis_steps(run_dir) if result["plateau_end"] <= s < post]
+    assert curve["points"][0]["on_plateau"] and not curve["points"][-1]["on_plateau"] or \
+        len(pres) == 1
+    # its first point is the default patch
+    cli("patch", str(run_dir))
+    single = json.loads((run_dir / "patch" / "patch.json").read_text())
+    assert single["pre"]["step"] == pres[0]
+    assert curve["points"][0]["all_heads"] == pytest.approx(single["greedy"][-1]["restored"])
+    assert "| pre | on plateau |" in captured.out
+    assert (run_dir / "patch" / "curve.png").stat().st_size > 1000
+    code, captured = cli("patch", str(run_dir), "--curve", "--pre", str(pres[0]))
+    assert code == 2 and "--pre: --curve patches from every kept checkpoint" in captured.err
+
+
 def test_a_patch_replaces_the_probabilities(run_dir):
     kept = analysis_steps(run_dir)
     patcher = Patcher(run_dir, kept[0], kept[-1])
