@@ -80,19 +80,22 @@ def compare(against: str | Path, arch: list[str], out: str | Path | None = None,
 
 def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "local",
           workers: int | None = None, options: dict[str, Any] | None = None,
-          overrides: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
+          overrides: list[str] | None = None, progress: bool = False,
+          rows: list[str] | None = None) -> dict[str, Any]:
     """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
-    the spec, without `.yaml`) and write its leaderboard. Returns {name, out, counts (jobs per
-    status), leaderboard (the path of leaderboard.md, None before any reported job finished)}."""
+    the spec, without `.yaml`) and write its leaderboard; `rows` (config hashes or prefixes)
+    keeps only those rows and their tuning runs. Returns {name, out, counts (jobs per status),
+    leaderboard (the path of leaderboard.md, None before any reported job finished)}."""
     from .analysis.leaderboard import reported, write_leaderboard
     from .sweeps.results import read_results
-    from .sweeps.sweep import load_spec, run_sweep
+    from .sweeps.sweep import load_spec, row_filter, run_sweep
 
     spec = Path(spec)
     parsed = load_spec(spec, overrides or [])
     out = Path(out) if out is not None else spec.with_suffix("")
     workers = default_workers(executor) if workers is None else workers
-    counts = run_sweep(parsed, out, executor, workers, options or {}, progress)
+    keep = row_filter(parsed, rows)  # before anything is written
+    counts = run_sweep(parsed, out, executor, workers, options or {}, progress, keep=keep)
     spec_dict, results = read_results(out)
     shown = bool(reported(results, spec_dict))  # none while every reported job failed
     if shown:

@@ -70,11 +70,15 @@ def sweep(
         "--set", help="spec field key=value, e.g. --set trainer.accelerator=gpu (hardware "
                       "keys leave job ids unchanged)")] = None,
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
+    row: Annotated[list[str] | None, typer.Option(
+        help="only this row (config hash or a prefix of it, as `bench status` and the table "
+             "show), with its tuning runs; repeatable")] = None,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
     from .api import sweep as run
 
-    done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress)
+    done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress,
+               row or [])
     out, counts = done["out"], done["counts"]
     if done["leaderboard"]:
         print(done["leaderboard"].read_text())

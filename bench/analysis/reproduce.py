@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..core.rows import by_row, group_key, survival_sample
+from ..core.rows import by_row, survival_sample
 from ..core.seeds import MAX_SEEDS
 from ..core.stats import (
     holm,
@@ -35,7 +35,7 @@ from ..core.stats import (
     solve_rate_p,
 )
 from ..sweeps.results import ResultsDB, read_results
-from ..sweeps.sweep import SweepSpec, expand, load_spec, run_sweep, tuning_jobs
+from ..sweeps.sweep import SweepSpec, load_spec, row_filter, run_sweep
 from .labels import row_labels
 from .leaderboard import steps_text, write_leaderboard
 
@@ -58,26 +58,6 @@ def select_spec(spec: SweepSpec, seeds: int | None, seed_start: int) -> SweepSpe
         return dataclasses.replace(spec, seeds=chosen)
     except ValueError as e:  # e.g. the new seeds overlap the tuning seeds
         raise ConfigError(f"--seed-start/--seeds: {e}") from None
-
-
-def row_filter(spec: SweepSpec, rows: list[str]):
-    """A job filter keeping the rows whose config hash starts with one of `rows` (all if none).
-    With `tune`, a row's hash at any tuning rate (the committed table shows the chosen one)
-    selects the row's whole family: its tuning runs at every rate and its reported seeds."""
-    if not rows:
-        return None
-    family_rows: dict[str, set[str]] = {}
-    for job in [*tuning_jobs(spec), *expand(spec)]:
-        config = job.to_dict()
-        family_rows.setdefault(group_key(config, ("seed", "lr")), set()).add(group_key(config))
-    keys = set().union(*family_rows.values())
-    for prefix in rows:
-        if not any(k.startswith(prefix) for k in keys):
-            raise ConfigError(f"--row: '{prefix}' matches no row of {spec.name}; "
-                              f"allowed: {', '.join(sorted(keys))}")
-    chosen = {family for family, hashes in family_rows.items()
-              if any(h.startswith(p) for h in hashes for p in rows)}
-    return lambda job: group_key(job.to_dict(), ("seed", "lr")) in chosen
 
 
 def _median(runs: list[dict[str, Any]]) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import markdown
+from ..core.rows import group_key
 from ..sweeps.results import FINISHED, ResultsDB, SweepLock
 from .labels import record_defaults, row_labels
 
@@ -39,11 +40,13 @@ def sweep_status(out: Path) -> dict[str, Any]:
     last = max((r["finished_at"] for r in rows if r["finished_at"]), default=started)
     elapsed = ((now if live else last) - started) if started else None
 
-    groups: dict[tuple[str, str, float], dict[str, int]] = {}
+    groups: dict[tuple[str, str, float], dict[str, Any]] = {}
     for r in rows:
-        task, arch = row_labels(json.loads(r["config"]))
+        config = json.loads(r["config"])
+        task, arch = row_labels(config)
         g = groups.setdefault((task, arch, r["lr"]), {"jobs": 0, "done": 0, "emerged": 0,
-                                                      "running": 0, "failed": 0})
+                                                      "running": 0, "failed": 0,
+                                                      "config": group_key(config)})
         g["jobs"] += 1
         g["done"] += r["status"] in FINISHED
         g["emerged"] += r["status"] == "emerged"
@@ -61,10 +64,10 @@ def sweep_status(out: Path) -> dict[str, Any]:
         state = "complete" if done == len(rows) else "stopped; `bench sweep` again to resume"
         lines.append(f"not running ({state})"
                      + (f"; ran {_duration(elapsed)}" if elapsed is not None else ""))
-    header = ["task", "architecture", "lr", "done", "emerged", "running", "failed"]
+    header = ["task", "architecture", "lr", "done", "emerged", "running", "failed", "config"]
     lines += ["", *markdown.table(header, [
         [task, f"`{arch}`", f"{lr:g}", f"{g['done']}/{g['jobs']}", g["emerged"], g["running"],
-         g["failed"]] for (task, arch, lr), g in groups.items()])]
+         g["failed"], f"`{g['config']}`"] for (task, arch, lr), g in groups.items()])]
     for r in rows:
         if r["status"] == "running":
             what = "running" if live else "interrupted"

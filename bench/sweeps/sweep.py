@@ -304,6 +304,26 @@ def _job(task, arch, train, spec, seed, i, pretrain="none", j=0) -> RunConfig:
         raise ConfigError(f"{where}{e}") from None
 
 
+def row_filter(spec: SweepSpec, rows: list[str] | None) -> Callable[[RunConfig], bool] | None:
+    """A job filter keeping the rows whose config hash starts with one of `rows` (all if none).
+    With `tune`, a row's hash at any tuning rate (the committed table shows the chosen one)
+    selects the row's whole family: its tuning runs at every rate and its reported seeds."""
+    if not rows:
+        return None
+    family_rows: dict[str, set[str]] = {}
+    for job in [*tuning_jobs(spec), *expand(spec)]:
+        config = job.to_dict()
+        family_rows.setdefault(group_key(config, ("seed", "lr")), set()).add(group_key(config))
+    keys = set().union(*family_rows.values())
+    for prefix in rows:
+        if not any(k.startswith(prefix) for k in keys):
+            raise ConfigError(f"--row: '{prefix}' matches no row of {spec.name}; "
+                              f"allowed: {', '.join(sorted(keys))}")
+    chosen = {family for family, hashes in family_rows.items()
+              if any(h.startswith(p) for h in hashes for p in rows)}
+    return lambda job: group_key(job.to_dict(), ("seed", "lr")) in chosen
+
+
 # --- running ---------------------------------------------------------------------------------
 def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
               options: dict[str, Any] | None = None, progress: bool = True,

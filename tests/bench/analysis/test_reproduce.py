@@ -125,10 +125,9 @@ def tuned_spec(tmp_path, seeds: int):
 def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
     """The committed table shows a row's hash at its chosen rate, which need not be the first
     of the grid: that hash selects the row's family, tuning runs at every rate included."""
-    from bench.analysis.reproduce import row_filter
     from bench.core.errors import ConfigError
     from bench.core.rows import group_key
-    from bench.sweeps.sweep import expand, tuning_jobs
+    from bench.sweeps.sweep import expand, row_filter, tuning_jobs
 
     spec = load_spec(tuned_spec(tmp_path, seeds=2))
     jobs = [*tuning_jobs(spec), *expand(spec)]

@@ -213,3 +213,24 @@ def test_a_sweep_still_tuning_has_no_table_yet_and_says_so(tmp_path):
     with pytest.raises(ConfigError, match=r"no reported run has finished yet \(2 tuning"):
         write_leaderboard(tmp_path, "x", tuning, spec)
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_sweep_can_run_one_row_first(spec_file, cli):
+    """--row runs only the rows whose config hash starts with it (as `bench status` shows);
+    a hash that matches no row is one line with nothing written."""
+    from bench.core.rows import group_key
+
+    path = spec_file()
+    out = path.with_suffix("")
+    jobs = expand(load_spec(path))
+    mixer = group_key(next(j for j in jobs if j.arch.name == "mlp_mixer").to_dict())
+    code, captured = cli("sweep", str(path), "--no-progress", "--row", "ffff")
+    assert code == 2 and "--row: 'ffff' matches no row of tiny; allowed: " in captured.err
+    assert not out.exists()
+    assert cli("sweep", str(path), "--no-progress", "--row", mixer[:6])[0] == 0
+    db = sqlite3.connect(out / "results.sqlite")
+    assert {r[0] for r in db.execute("SELECT arch FROM jobs")} == {"mlp_mixer"}
+    code, captured = cli("status", str(out))
+    assert f"| `{mixer}` |" in captured.out
+    assert cli("sweep", str(path), "--no-progress")[0] == 0  # the rest later
+    assert {r[0] for r in db.execute("SELECT arch FROM jobs")} == {"mlp_mixer", "transformer"}
