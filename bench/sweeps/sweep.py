@@ -316,6 +316,9 @@ def row_filter(spec: SweepSpec, rows: list[str] | None) -> Callable[[RunConfig],
         family_rows.setdefault(group_key(config, ("seed", "lr")), set()).add(group_key(config))
     keys = set().union(*family_rows.values())
     for prefix in rows:
+        if not re.fullmatch(r"[0-9a-f]+", prefix):  # an empty prefix would match every row
+            raise ConfigError(f"--row: '{prefix}' is not a config hash (hex digits, as `bench "
+                              "status` and the table's config column show)")
         if not any(k.startswith(prefix) for k in keys):
             raise ConfigError(f"--row: '{prefix}' matches no row of {spec.name}; "
                               f"allowed: {', '.join(sorted(keys))}")

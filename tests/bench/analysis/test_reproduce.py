@@ -2,6 +2,7 @@
 doctored results."""
 
 import json
+import re
 import shutil
 import sqlite3
 
@@ -139,6 +140,9 @@ def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
     assert {j.train.lr for j in kept} == {0.003, 0.01} and len(kept) == 2 + 2  # tuning + seeds
     with pytest.raises(ConfigError, match="--row: 'ffff' matches no row of tuned"):
         row_filter(spec, ["ffff"])
+    for bad in ("", " ", "transformer", "../x"):  # an empty prefix would match every row
+        with pytest.raises(ConfigError, match=f"--row: '{re.escape(bad)}' is not a config hash"):
+            row_filter(spec, [bad])
 
 
 def test_reproducing_one_row_of_a_tuned_leaderboard(cli, tmp_path):
