@@ -139,13 +139,16 @@ def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[dict, in
                           "train.keep_checkpoints=true")
     d_pre, d_post = (None, None) if pre is not None and post is not None else \
         default_steps(result, kept)
+    given = pre is not None
     pre, post = (d_pre if pre is None else pre), (d_post if post is None else post)
     for flag, step in (("--pre", pre), ("--post", post)):
         if step not in kept:
             raise ConfigError(f"{flag}: no checkpoint at step {step}; kept: "
                               f"{', '.join(map(str, kept))}")
     if pre >= post:
-        raise ConfigError(f"--pre: step {pre} must come before --post {post}")
+        raise ConfigError(f"--pre: step {pre} must come before --post {post}" if given else
+                          f"--post: step {post} must come after step {pre}, the default pre "
+                          "checkpoint (the last on the plateau)")
     return result, pre, post
 
 

@@ -95,6 +95,9 @@ def test_the_curve_patches_from_every_kept_checkpoint_from_the_plateau_on(run_di
     assert (run_dir / "patch" / "curve.png").stat().st_size > 1000
     code, captured = cli("patch", str(run_dir), "--curve", "--pre", str(pres[0]))
     assert code == 2 and "--pre: --curve patches from every kept checkpoint" in captured.err
+    code, captured = cli("patch", str(run_dir), "--curve", "--post", str(pres[0]))
+    assert code == 2 and f"--post: step {pres[0]} must come after step {pres[0]}, the default " \
+        "pre checkpoint" in captured.err
 
 
 def test_a_patch_replaces_the_probabilities(run_dir):
