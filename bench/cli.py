@@ -329,14 +329,14 @@ def task(
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
     """Show N sequences of a task and its hidden rule, e.g. `bench task linear_map sparsity=3`."""
+    from .training.sections import load_task_config
+
+    config = load_task_config([f"name={name}", *(overrides or [])])  # before torch loads
+
     import torch
 
     from datamodules import build_task
     from datamodules.base import make_generator
-
-    from .training.config import load_task_config
-
-    config = load_task_config([f"name={name}", *(overrides or [])])
     try:
         t = build_task(config, seed=seed)
         split, references = t.split_sizes(), t.references()

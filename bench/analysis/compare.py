@@ -20,7 +20,7 @@ from ..core.errors import ConfigError
 from ..core.rows import by_row, content_hash
 from ..sweeps.results import FINISHED, ResultsDB, read_results
 from ..sweeps.sweep import SweepSpec, expand, load_spec, run_sweep, tuning_jobs
-from ..training.config import parse_overrides
+from ..training.sections import parse_overrides
 from .labels import record_defaults, row_labels
 from .leaderboard import write_leaderboard
 from .reproduce import committed_dir

@@ -220,7 +220,7 @@ def ground_truth(run: dict[str, Any]) -> Any:
         return run["attention_target"]
     from datamodules import build_task
 
-    from ..training.config import load_task_config
+    from ..training.sections import load_task_config
 
     task = build_task(load_task_config(run["config"]["task"]), seed=run["config"]["seed"])
     return task.attention_target().numpy()

@@ -34,7 +34,8 @@ from ..core.rows import by_row, group_key, lr_preference, survival_sample
 from ..core.schema import field_defaults
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
-from ..training.config import RunConfig, build_section, load_run_config, read_yaml_mapping
+from ..training.config import RunConfig, load_run_config, read_yaml_mapping
+from ..training.sections import build_section
 from .axes import DERIVED_AXES, axis_value, derived_axis
 from .results import FINISHED, ResultsDB, SweepLock, check_out_dir
 

@@ -45,7 +45,8 @@ from tqdm.auto import tqdm
 
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..training.config import load_run_config, parse_overrides
+from ..training.config import load_run_config
+from ..training.sections import parse_overrides
 
 # the mixers of leaderboards/mixers.yaml (~100K parameters each)
 DEFAULT_ARCHS = ["arch.name=transformer arch.n_heads=4 arch.head_dim=16",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import math
 import re
 import types
 import typing
@@ -25,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from architectures import ArchConfig, ContractError, import_plugins
 from architectures import resolve as resolve_arch
-from datamodules import TASKS, TaskConfig, build_task
+from datamodules import TaskConfig, build_task
 from datamodules.base import SCREEN_MIN_ROWS, SequenceTask
 
 from ..core.emergence import EmergenceCriterion, check_threshold
@@ -33,6 +32,7 @@ from ..core.errors import ConfigError
 from ..core.rows import HARDWARE_ONLY, job_id
 from ..core.seeds import SEED_LIMIT
 from .loggers import logger_names
+from .sections import _one_line, build_section, parse_overrides, task_schema
 
 
 @dataclass
@@ -228,9 +228,7 @@ def _named_schema(raw: DictConfig, section: str, default: str, where: str = "") 
             return resolve_arch(str(name))
         except ContractError as e:
             raise ConfigError(f"arch.name: {e}") from None
-    if name not in TASKS:
-        raise ConfigError(f"{where}task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
-    return TASKS[name]
+    return task_schema(name, where)
 
 
 def _registered(raw: DictConfig, section: str, default: str, where: str = "") -> Any:
@@ -251,77 +249,6 @@ def _pretrain(raw: Any) -> PretrainConfig | None:
     task = _registered(raw, "task", "dyck", "pretrain.")
     rest = {k: v for k, v in raw.items() if k != "task"}
     return dataclasses.replace(build_section(PretrainConfig, rest, "pretrain"), task=task)
-
-
-def _one_line(error: OmegaConfBaseException) -> str:
-    key = getattr(error, "full_key", None) or "config"
-    msg = str(getattr(error, "msg", error)).splitlines()[0]
-    return f"{key}: {msg}"
-
-
-def parse_overrides(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
-    """`key=value` items (or a nested dict) as an OmegaConf tree; a malformed item is one line."""
-    if isinstance(overrides, DictConfig):
-        return overrides
-    if isinstance(overrides, dict):
-        return OmegaConf.create(_plain(overrides))
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"{item}: expected key=value")
-    try:
-        return OmegaConf.from_dotlist(list(overrides))
-    except OmegaConfBaseException as e:
-        raise ConfigError(_one_line(e)) from None
-
-
-def _plain(value: Any) -> Any:
-    """A nested dict with numpy scalars (a pandas row's values) as plain Python values."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if type(value).__module__ == "numpy" and hasattr(value, "item"):
-        return value.item()
-    return value
-
-
-def build_section(schema: type, raw: Any, section: str) -> Any:
-    """Merge `raw` into the dataclass `schema` and build it, naming `section` in any error.
-    Beyond the types OmegaConf checks: a boolean is true or false (not 7), a float is finite."""
-    where = f"{section}." if section else ""
-    try:
-        _check_booleans(schema, raw or {})
-        built = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw or {}))
-        for f in dataclasses.fields(built):
-            value = getattr(built, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{f.name}: must be a finite number, got {value}")
-        return built
-    except OmegaConfBaseException as e:
-        line = _one_line(e)
-        if "not in" in line:
-            allowed = ", ".join(f.name for f in dataclasses.fields(schema))
-            line = f"{line.split(':')[0]}: unknown key; allowed: {allowed}"
-        raise ConfigError(f"{section}.{line}" if section else line) from None
-    except ValueError as e:
-        raise ConfigError(f"{where}{e}") from None
-    except Exception as e:  # a plug-in config's own __post_init__ may raise anything
-        raise ConfigError(f"{section or 'config'}: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
-
-
-def _check_booleans(schema: type, raw: Any) -> None:
-    """OmegaConf reads any integer as a boolean; a boolean field takes true or false only."""
-    for f in dataclasses.fields(schema):
-        if f.type in (bool, "bool") and f.name in raw:
-            value = raw[f.name]
-            if not (isinstance(value, bool) or str(value).lower() in ("true", "false")):
-                raise ValueError(f"{f.name}: must be true or false, got {value!r}")
-
-
-def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
-    raw = OmegaConf.create({"task": parse_overrides(overrides)})
-    return _registered(raw, "task", "linear_map")
 
 
 def read_yaml_mapping(path: Path | str, where: str, missing: str, shape: str) -> DictConfig:
@@ -538,5 +465,5 @@ def _build_cpu_trainer(options_repr: str) -> None:
 __all__ = [
     "ArchConfig", "ConfigError", "EmergenceCriterion", "PretrainConfig", "RunConfig",
     "TaskConfig", "TrainConfig",
-    "load_run_config", "load_task_config", "parse_overrides",
+    "load_run_config", "parse_overrides",
 ]

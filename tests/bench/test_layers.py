@@ -46,3 +46,13 @@ def test_the_cli_entry_point_and_help_load_no_torch():
             "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_bad_task_field_is_reported_before_torch_loads():
+    """`bench task` validates the task config (torch-free) first: a typo answers at once."""
+    code = ("import sys\nfrom bench.cli import main\nsys.argv = ['bench', 'task', 'mqar', "
+            "'n_pairs=-1']\ntry: main()\nexcept SystemExit as e: print('exit', e.code)\n"
+            "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-2:] == ["exit 2", "[]"]
+    assert out.stderr.strip() == "error: task.n_pairs: must be in 1..65536, got -1"

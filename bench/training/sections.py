@@ -1,0 +1,96 @@
+"""Config sections from overrides and YAML: OmegaConf structured dataclasses with one-line
+errors naming the field. Torch-free (task configs are), so a command can validate a task before
+it imports torch; the run config (bench.training.config) builds on it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from datamodules import TASKS, TaskConfig
+
+from ..core.errors import ConfigError
+
+
+def _one_line(error: OmegaConfBaseException) -> str:
+    key = getattr(error, "full_key", None) or "config"
+    msg = str(getattr(error, "msg", error)).splitlines()[0]
+    return f"{key}: {msg}"
+
+
+def parse_overrides(overrides: list[str] | dict[str, Any] | DictConfig) -> DictConfig:
+    """`key=value` items (or a nested dict) as an OmegaConf tree; a malformed item is one line."""
+    if isinstance(overrides, DictConfig):
+        return overrides
+    if isinstance(overrides, dict):
+        return OmegaConf.create(_plain(overrides))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{item}: expected key=value")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as e:
+        raise ConfigError(_one_line(e)) from None
+
+
+def _plain(value: Any) -> Any:
+    """A nested dict with numpy scalars (a pandas row's values) as plain Python values."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def build_section(schema: type, raw: Any, section: str) -> Any:
+    """Merge `raw` into the dataclass `schema` and build it, naming `section` in any error.
+    Beyond the types OmegaConf checks: a boolean is true or false (not 7), a float is finite."""
+    where = f"{section}." if section else ""
+    try:
+        _check_booleans(schema, raw or {})
+        built = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw or {}))
+        for f in dataclasses.fields(built):
+            value = getattr(built, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name}: must be a finite number, got {value}")
+        return built
+    except OmegaConfBaseException as e:
+        line = _one_line(e)
+        if "not in" in line:
+            allowed = ", ".join(f.name for f in dataclasses.fields(schema))
+            line = f"{line.split(':')[0]}: unknown key; allowed: {allowed}"
+        raise ConfigError(f"{section}.{line}" if section else line) from None
+    except ValueError as e:
+        raise ConfigError(f"{where}{e}") from None
+    except Exception as e:  # a plug-in config's own __post_init__ may raise anything
+        raise ConfigError(f"{section or 'config'}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+def _check_booleans(schema: type, raw: Any) -> None:
+    """OmegaConf reads any integer as a boolean; a boolean field takes true or false only."""
+    for f in dataclasses.fields(schema):
+        if f.type in (bool, "bool") and f.name in raw:
+            value = raw[f.name]
+            if not (isinstance(value, bool) or str(value).lower() in ("true", "false")):
+                raise ValueError(f"{f.name}: must be true or false, got {value!r}")
+
+
+def task_schema(name: Any, where: str = "") -> type:
+    """The task config dataclass `task.name` selects (`where` prefixes the field: `pretrain.`)."""
+    if name not in TASKS:
+        raise ConfigError(f"{where}task.name: unknown '{name}'; allowed: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def load_task_config(overrides: list[str] | dict[str, Any]) -> TaskConfig:
+    """A task section from `key=value` items (no `task.` prefix), validated."""
+    raw = parse_overrides(overrides)
+    return build_section(task_schema(OmegaConf.select(raw, "name", default="linear_map")),
+                         raw, "task")
