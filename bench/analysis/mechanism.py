@@ -61,9 +61,13 @@ def rise_step(curves: dict[str, list[float]], key: str, falls: bool = False,
 def even_mass(target: list[list[float]] | None) -> float:
     """The influence mass on the parents of a map with no preference: each scored row (a row of
     the ground truth `target` (L, L) with parents before it) spreading its influence evenly over
-    the earlier positions, (parents before p) / p, averaged over the rows; NaN without a
-    target. A mixer whose output projections start at zero has no influence on earlier positions
-    at step 0 (mass 0), so its curve's rise is measured from this level."""
+    the earlier positions, (parents before p) / p, averaged over the rows. NaN without a target,
+    or for a per-sequence pattern (an in-context task's recorded target is a mean over sequences,
+    fractional, from which the level cannot be read). A mixer whose output projections start at
+    zero has no influence on earlier positions at step 0 (mass 0), so its curve's rise is
+    measured from this level."""
+    if any(v not in (0, 1) for row in target or [] for v in row):
+        return math.nan
     shares = []
     for p, row in enumerate(target or []):
         parents = sum(1 for q in range(p) if row[q] > 0)

@@ -32,6 +32,7 @@ def test_a_rise_from_zero_to_no_preference_is_no_rise():
     target = [[0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]]
     assert even_mass(target) == pytest.approx((1 / 2 + 2 / 3) / 2)
     assert math.isnan(even_mass(None))
+    assert math.isnan(even_mass([[0, 0], [0.4, 0]]))  # a mean over sequences: no level to read
     curves = {"step": [0, 50, 100, 150], "m": [0.0, 0.55, 0.58, 0.59]}
     assert rise_step(curves, "m") == 50  # from zero: a rise at the first evaluation
     assert rise_step(curves, "m", floor=even_mass(target)) is None  # not above no preference
