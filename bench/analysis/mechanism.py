@@ -107,13 +107,6 @@ def _ends(curve: list[float]) -> tuple[float, float]:
     return (finite[0], finite[-1]) if finite else (math.nan, math.nan)
 
 
-def pattern_rise(run: dict[str, Any], key: str) -> int | None:
-    """A run's alignment rise on the curve `key`; an influence curve rises from the
-    no-preference mass where its start is lower."""
-    floor = even_mass(run.get("attention_target")) if key == CURVES[0][0] else math.nan
-    return rise_step(run["curves"], key, floor=floor if math.isfinite(floor) else -math.inf)
-
-
 def _lags(lags: list[float], eval_every: int) -> tuple[float, float, float, float]:
     """(median, interval low, interval high, share within one evaluation) of step lags."""
     if not lags:
@@ -134,7 +127,11 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         runs = [r for r in row["runs"] if key in (r.get("curves") or {})]
         if not runs:
             continue
-        rises = [pattern_rise(r, key) for r in runs]
+        # an influence curve rises from the no-preference mass where its start is lower
+        evens = [even_mass(r.get("attention_target")) if label == "influence" else math.nan
+                 for r in runs]
+        rises = [rise_step(r["curves"], key, floor=e if math.isfinite(e) else -math.inf)
+                 for r, e in zip(runs, evens)]
         emerged = [(rise, emergence_step(r)) for rise, r in zip(rises, runs)
                    if r["status"] == "emerged"]
         risen = [(rise, em) for rise, em in emerged if rise is not None]
@@ -155,8 +152,7 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
                     "half_coincide": half[3], "half_n": len(to_half),
                     "start": finite_median([a for a, _ in ends]),
                     "end": finite_median([b for _, b in ends]),
-                    "even": finite_median([even_mass(r.get("attention_target")) for r in runs])
-                    if label == "influence" else math.nan,
+                    "even": finite_median(evens),
                     "censored": len(censored),
                     "censored_risen": sum(rise is not None for rise in censored)})
     return out
