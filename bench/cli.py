@@ -190,14 +190,13 @@ def patch(
 ) -> None:
     """Attention patching: the pre model with heads' attention taken from the post model (one
     at a time, greedy sets, the ground truth); writes RUN_DIR/patch/."""
-    from .training.patching import patch_curve, patch_run, to_markdown
+    from .training.patching import curve_markdown, patch_curve, patch_run, to_markdown
 
     if curve:
         if pre is not None:
             raise ConfigError("--pre: --curve patches from every kept checkpoint before --post; "
                               "give --post only")
-        patch_curve(run_dir, post)
-        print((Path(run_dir) / "patch" / "curve.md").read_text())
+        print(curve_markdown(patch_curve(run_dir, post)))
         return
     print(to_markdown(patch_run(run_dir, pre, post)))
 

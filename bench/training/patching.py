@@ -200,9 +200,15 @@ def patch_curve(run_dir: Path | str, post: int | None = None) -> dict:
     ax.set_xlabel(f"pre checkpoint (post: step {post})")
     ax.set_ylabel("fraction of the gap in p restored")
     ax.legend(fontsize=7)
-    text = "\n".join([
-        f"# Attention patching from every kept checkpoint into step {post} (post)", "",
-        f"post p {_f(post_p['p'])} / accuracy {_f(post_p['acc'])}; plateau end: {end}. "
+    write_report(run_dir / "patch", "curve", fig, report, curve_markdown(report))
+    return report
+
+
+def curve_markdown(r: dict[str, Any]) -> str:
+    post, points = r["post"], r["points"]
+    return "\n".join([
+        f"# Attention patching from every kept checkpoint into step {post['step']} (post)", "",
+        f"post p {_f(post['p'])} / accuracy {_f(post['acc'])}; plateau end: {r['plateau_end']}. "
         "Restored: the fraction of each pre checkpoint's gap in p to the post model that the "
         "post model's attention closes.", "",
         *markdown.table(["pre", "on plateau", "p", "accuracy", "best head", "best greedy set",
@@ -211,8 +217,6 @@ def patch_curve(run_dir: Path | str, post: int | None = None) -> dict:
                           _f(q["acc"]), _f(q["best_head"], 2), _f(q["best_set"], 2),
                           _f(q["all_heads"], 2), _f(q["truth_acc"])] for q in points]),
         "", "![curve](curve.png)", ""])
-    write_report(run_dir / "patch", "curve", fig, report, text)
-    return report
 
 
 def analyse(patcher: Patcher, pre: int, post: int) -> dict[str, Any]:
