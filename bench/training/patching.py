@@ -53,13 +53,11 @@ class Patcher:
     def __init__(self, run_dir: Path, pre: int, post: int, config: dict[str, Any] | None = None):
         if config is None:
             config = json.loads((run_dir / "result.json").read_text())["config"]
+        self.run_dir = run_dir
         self.cfg = load_run_config(config)
         self.task = build_run_task(self.cfg)
-        self.models = {}
-        for name, step in (("pre", pre), ("post", post)):
-            self.models[name] = load_analysis_module(run_dir, step, self.cfg, self.task)
-        self.layers = [m for m in self.models["pre"].model.modules()
-                       if isinstance(m, PatchesAttention)]
+        self.models = {"post": load_analysis_module(run_dir, post, self.cfg, self.task)}
+        self.use_pre(pre)
         post_layers = [m for m in self.models["post"].model.modules()
                        if isinstance(m, PatchesAttention)]
         es = self.task.eval_set(torch.device("cpu"))
@@ -87,6 +85,12 @@ class Patcher:
         self.has_parents = pattern.sum(-1) > 0  # (N, L)
         self.n_heads = [p.shape[1] for p in self.post_probs[0]]  # per layer
         self.heads = [(i, h) for i, n in enumerate(self.n_heads) for h in range(n)]
+
+    def use_pre(self, step: int) -> None:
+        """Load the pre model from the checkpoint at `step`; the post side stays as it is."""
+        self.models["pre"] = load_analysis_module(self.run_dir, step, self.cfg, self.task)
+        self.layers = [m for m in self.models["pre"].model.modules()
+                       if isinstance(m, PatchesAttention)]
 
     @torch.no_grad()
     def score(self, model: str = "pre", heads: frozenset = frozenset(),
@@ -179,9 +183,10 @@ def patch_curve(run_dir: Path | str, post: int | None = None) -> dict:
     result, first, post = _checked(run_dir, None, post)
     end = result.get("plateau_end")
     pres = [s for s in analysis_steps(run_dir) if min(first, end or 0) <= s < post]
-    points = []
+    points, patcher = [], _patcher(run_dir, result, pres[0], post)
     for pre in pres:
-        r = analyse(_patcher(run_dir, result, pre, post), pre, post)
+        patcher.use_pre(pre)
+        r = analyse(patcher, pre, post)
         points.append({"pre": pre, "on_plateau": on_plateau(pre, end), "p": r["pre"]["p"],
                        "acc": r["pre"]["acc"], "best_head": r["greedy"][0]["restored"],
                        "best_set": max((g["restored"] for g in r["greedy"]
