@@ -35,6 +35,7 @@ from .split import chunk_bounds
 
 TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM = 0, 1, 3, 4
 EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's whole set is one)
+REFERENCE_FLOATS = 1 << 24  # posterior entries per chunk when the references are computed
 SCREEN_TOKENS = 1 << 13  # a screen's held-out sequences hold at most this many tokens (long
 SCREEN_MIN_ROWS = 16  # sequences hold many scored positions each), but never fewer than 16
 MAX_ROUNDS = 64  # rejection rounds before a sampler gives up with a clear error
@@ -267,25 +268,34 @@ class SequenceTask(L.LightningDataModule):
             V, G = self.vocab_size, self.group_size
             truth = tokens[:, 1:][:, scored]  # (N, P)
             counted = es.counted[~es.probe][:, scored]  # (N, P)
-            onehot = torch.nn.functional.one_hot(truth, V).float() * counted[..., None]
-            counts = onehot.sum(0)  # (P, V) per position over counted rows
-            total = counts.sum()
-            freq = counts / counts.sum(-1, keepdim=True).clamp_min(1)
-            majority = counts.argmax(-1)  # (P,)
-            entropy = -(counts * freq.clamp_min(1e-12).log()).sum()
-            groups = counted.view(len(truth), -1, G)[..., 0].flatten()  # a group counts whole
-            right = (truth == majority).view(len(truth), -1, G).all(-1).flatten()[groups]
-            post = self.next_token_posterior(tokens)  # (N, P, V)
-            p_true = post.gather(-1, truth[..., None])[..., 0]
-            token_ceiling = float((post.max(-1).values * counted).sum() / total)
+            N, P = truth.shape
+            # counts of each (position, token) among the counted targets, sparse: P x V can be
+            # large (a long sequence with a large vocabulary)
+            cells, n = torch.unique((torch.arange(P) * V + truth)[counted], return_counts=True)
+            at, n = cells // V, n.double()
+            per_position = torch.zeros(P, dtype=n.dtype).index_add_(0, at, n)
+            top = torch.zeros(P, dtype=n.dtype).scatter_reduce_(0, at, n, "amax")
+            total = n.sum()
+            entropy = -(n * (n / per_position[at]).log()).sum()
+            tied = n == top[at]  # the majority: the lowest token of a position's most counted
+            majority = torch.full((P,), V).scatter_reduce_(0, at[tied], cells[tied] % V, "amin")
+            majority[majority == V] = 0  # a position with no counted target
+            groups = counted.view(N, -1, G)[..., 0].flatten()  # a group counts whole
+            right = (truth == majority).view(N, -1, G).all(-1).flatten()[groups]
+            # the Bayes-optimal predictor, in chunks of rows: a posterior is (rows, P, V)
+            best, log_loss = torch.zeros(2, dtype=torch.float64)
+            for rows in torch.arange(N).split(max(1, REFERENCE_FLOATS // (self.seq_len * V))):
+                post, keep = self.next_token_posterior(tokens[rows]), counted[rows]
+                p_true = post.gather(-1, truth[rows][..., None])[..., 0]
+                best += (post.max(-1).values * keep).sum(dtype=torch.float64)
+                log_loss -= (p_true.clamp_min(1e-12).log() * keep).sum(dtype=torch.float64)
+            token_ceiling = float(best / total)
             self._references = {
                 "chance": {"token_acc": 1 / V, "loss": math.log(V), "exact_acc": V ** -G},
-                "no_context": {"token_acc": float(counts.max(-1).values.sum() / total),
+                "no_context": {"token_acc": float(top.sum() / total),
                                "loss": float(entropy / total) + 0.0,
                                "exact_acc": float(right.float().mean())},
-                "ceiling": {"token_acc": token_ceiling,
-                            "loss": float(-(p_true.clamp_min(1e-12).log() * counted).sum()
-                                          / total) + 0.0,
+                "ceiling": {"token_acc": token_ceiling, "loss": float(log_loss / total) + 0.0,
                             "exact_acc": token_ceiling},
             }
         return self._references

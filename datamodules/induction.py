@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .base import EVAL_STREAM, join_tokens, make_generator
 from .config import InductionConfig
@@ -136,8 +135,9 @@ class Induction(ContextTask):
             copy = tokens[:, start : start + c.segment]  # (N, m)
             consistent = (windows == copy[:, None, :]).long().cumprod(-1)  # matches so far
             for k in range(c.segment - 1):
-                votes = F.one_hot(windows[:, :, k + 1], V).float() * consistent[:, :, k, None]
-                mix = votes.sum(1)
+                # each consistent source votes for the token that follows it: (N, V)
+                mix = torch.zeros(N, V, device=tokens.device)
+                mix.scatter_add_(1, windows[:, :, k + 1], consistent[:, :, k].float())
                 out.append(mix / mix.sum(-1, keepdim=True))
         return torch.stack(out, dim=1)
 

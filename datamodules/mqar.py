@@ -40,6 +40,10 @@ class MQAR(ContextTask):
             raise ValueError(f"held_out: at {config.held_out}, instance {self.instance_seed} "
                              f"holds out every value of keys {(empty + 1).tolist()[:5]}; lower "
                              "held_out or raise n_values")
+        # each key's training values, flat in key order: key k's are allowed[start[k]:][:count[k]]
+        count = (~self.held).sum(1)  # (K,)
+        allowed = ((~self.held).nonzero()[:, 1], count.cumsum(0) - count, count)
+        self._allowed = {torch.device("cpu"): allowed}
 
     def held_counts(self) -> tuple[int, int]:
         return self.held.numel(), int(self.held.sum())
@@ -112,10 +116,16 @@ class MQAR(ContextTask):
         return self._layout(keys, values, generator)
 
     def training_sequences(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Each key's value uniform among the values it may take in training (without a
+        (keys, n_values) table per batch: n_values may be large)."""
         keys = self._keys(n, generator)
-        allowed = (~self.held).to(generator.device).float()  # (K, V)
-        values = torch.multinomial(allowed[keys.flatten()], 1, generator=generator)
-        return self._layout(keys, values.view(keys.shape), generator)
+        device = generator.device
+        if device not in self._allowed:
+            self._allowed[device] = tuple(x.to(device) for x in self._allowed[torch.device("cpu")])
+        values, start, count = self._allowed[device]
+        u = torch.rand(keys.shape, generator=generator, device=device, dtype=torch.float64)
+        pick = (u * count[keys]).long().clamp_max(count[keys] - 1)
+        return self._layout(keys, values[start[keys] + pick], generator)
 
     # --- what is scored and read ------------------------------------------------------------------
     def bindings(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from datamodules import TASKS, build_task
+from datamodules import TASKS, base, build_task
 from datamodules.base import join_tokens
 from datamodules.config import InductionConfig, MQARConfig
 
@@ -105,6 +105,27 @@ def test_no_training_sequence_binds_a_held_out_pair_and_only_they_are_counted():
     assert not counted[:, ~task.loss_mask()].any()  # only queries count
     assert torch.equal(counted[:, at], task.is_held_out(task.scored_pairs(es.tokens[~es.probe])))
     assert es.counted[es.probe][:, at].all()  # the probe counts every query
+
+
+def test_a_keys_training_values_are_uniform_among_those_it_may_take():
+    task = mqar(n_keys=8, n_values=8, n_pairs=4)
+    pairs = torch.cat([task.bindings(join_tokens(task.train_batch(s, CPU))).view(-1, 2)
+                       for s in range(200)])
+    counts = torch.zeros(8, 8).index_put_((pairs[:, 0], pairs[:, 1]), torch.ones(len(pairs)),
+                                          accumulate=True)
+    assert torch.equal(counts > 0, ~task.held)  # every allowed value drawn, no held-out one
+    expected = counts.sum(1, keepdim=True) / (~task.held).sum(1, keepdim=True)
+    assert ((counts - expected).abs()[~task.held] < 0.25 * expected.expand(8, 8)[~task.held]).all()
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_references_in_chunks_of_rows_equal_one_pass(name, monkeypatch):
+    whole = build_task(TASKS[name](), seed=1).references()
+    monkeypatch.setattr(base, "REFERENCE_FLOATS", 1)  # one sequence per chunk
+    chunked = build_task(TASKS[name](), seed=1).references()
+    for ref in whole:
+        for metric, value in whole[ref].items():
+            assert chunked[ref][metric] == pytest.approx(value, rel=1e-6, abs=1e-9)
 
 
 @pytest.mark.parametrize("name", ["induction", "mqar"])
