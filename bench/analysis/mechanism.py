@@ -15,9 +15,10 @@ p-value, exact up to 9 seeds, else from 9,999 random pairings (do seeds that fin
 later emerge later?). Emergence is a threshold near the top of the metric's rise, so the lag is
 also given against the metric's own half-rise (the same definition on the metric's curve, over
 every seed where both rose, emerged or not): like against like. Over every seed, emerged or not:
-the curve's start and end (medians), the no-preference mass, and how many seeds that never
-emerged rose all the same, so a mixer that never emerges still says whether it learned the
-pattern.
+the curve's start and end (medians), the no-preference mass, the influence map's AUROC of the
+parents against the other candidate positions at start and end (does it rank the parents first,
+whatever its mass?), and how many seeds that never emerged rose all the same, so a mixer that
+never emerges still says whether it learned the pattern.
 
 Rows whose runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the
 plateau, p(correct) pre and post, the fraction of the gap restored by the best head, by the
@@ -38,6 +39,7 @@ from ..core.stats import finite_median
 
 MIN_RISE = 0.02
 CURVES = (("val/influence_mass", "influence"), ("val/parent_mass", "attention"))
+AUROC = "val/influence_auroc"  # the influence map's ranking of the parents, beside its mass
 
 
 def rise_step(curves: dict[str, list[float]], key: str, falls: bool = False,
@@ -144,6 +146,7 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         to_half = [a - b for a, b in halves if a is not None and b is not None]
         half = _lags(to_half, eval_every)
         ends = [_ends(r["curves"][key]) for r in runs]
+        aurocs = [_ends(r["curves"].get(AUROC, [])) for r in runs] if label == "influence" else []
         censored = [rise for rise, r in zip(rises, runs) if r["status"] != "emerged"]
         out.append({"curve": label, "seeds": len(runs), "emerged": len(emerged),
                     "risen": len(risen), "median_lag": lag[0], "lag_low": lag[1],
@@ -153,6 +156,8 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
                     "start": finite_median([a for a, _ in ends]),
                     "end": finite_median([b for _, b in ends]),
                     "even": finite_median(evens),
+                    "auroc_start": finite_median([a for a, _ in aurocs]),
+                    "auroc_end": finite_median([b for _, b in aurocs]),
                     "censored": len(censored),
                     "censored_risen": sum(rise is not None for rise in censored)})
     return out
@@ -204,6 +209,44 @@ def _num(x: float, digits: int = 2) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
+LAG_NOTE = (
+    "Alignment rise: the first evaluation at which the pattern curve (influence: the "
+    "influence map's mass on the parents, any mixer; attention: the attention mass on "
+    "the parents) has covered half its rise from step 0 to its maximum (none below a "
+    f"rise of {MIN_RISE}). Lag = rise - emergence step over the emerged seeds "
+    "(negative: the pattern led); interval: order statistics, >= 95% coverage; "
+    "coincide: share of seeds within one evaluation; rho: Spearman's rank correlation "
+    "of rise and emergence steps across seeds, permutation p (exact up to 9 seeds, "
+    "else 9,999 random pairings), per row, not adjusted across rows. Emergence is a "
+    "threshold near the top of the metric's rise, so a pattern that rises with the "
+    "metric still leads it by part of the rise: lag to the metric's half-rise compares "
+    "like with like (the same half-rise definition on the emergence metric's curve, "
+    "over every seed, emerged or not, where both rose: median [interval] (seeds), and "
+    "the share within one evaluation). Over every "
+    "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), the "
+    "influence mass of a map with no preference (every row spread evenly over the "
+    "earlier positions; an influence curve's rise is measured from this level where its "
+    "start is lower: a mixer whose output projections start at zero has no influence on "
+    "earlier positions at step 0), and how many seeds that never emerged rose all the "
+    "same (a pattern learned without the capability). Parents' AUROC (influence "
+    "only): the AUROC of the parents against the other candidates (the positions a "
+    "parent could be at: on a state task, the previous state's tokens) by the influence "
+    "map, step 0 -> last evaluation (medians over every seed): 0.5 ranks the parents no "
+    "higher than the rest, 1 puts them above every other candidate; a map can rank them "
+    "first while spreading most of its mass elsewhere.")
+PATCH_NOTE = (
+    "Attention patching (bench patch, pre = the last kept checkpoint on "
+    "the plateau: its end in runs that kept it, post = the first at or after "
+    "emergence), medians over the patched runs "
+    "whose pre checkpoint is on the plateau (runs without an observed plateau are "
+    "left out: their gap is between two nearby checkpoints): p(correct) pre -> "
+    "post; the fraction of that gap restored by the best single head, the greedy "
+    "set of a quarter of the heads, all heads, and the ground-truth pattern in "
+    "every head; the token accuracy with the ground truth patched into every "
+    "layer / into the best single layer (a maximum over the layers, per run), and "
+    "in how many runs each reaches the emergence threshold.")
+
+
 def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The section, or nothing when no run recorded a pattern curve."""
     lag_rows, patch_rows = [], []
@@ -217,6 +260,8 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              f"{_steps(m['half_high'])}] ({m['half_n']})",
                              _num(m["half_coincide"]),
                              f"{_num(m['start'])} -> {_num(m['end'])}", _num(m["even"]),
+                             f"{_num(m['auroc_start'])} -> {_num(m['auroc_end'])}"
+                             if m["curve"] == "influence" else "-",
                              f"{m['censored_risen']}/{m['censored']}"])
         p = patch_summary(row)
         if p:
@@ -229,42 +274,14 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                                f"{p['solves'][0]} / {p['solves'][1]} of {p['used']}"])
     if not lag_rows:
         return []
-    lines = ["## Mechanism: the pattern against emergence", "",
-             "Alignment rise: the first evaluation at which the pattern curve (influence: the "
-             "influence map's mass on the parents, any mixer; attention: the attention mass on "
-             "the parents) has covered half its rise from step 0 to its maximum (none below a "
-             f"rise of {MIN_RISE}). Lag = rise - emergence step over the emerged seeds "
-             "(negative: the pattern led); interval: order statistics, >= 95% coverage; "
-             "coincide: share of seeds within one evaluation; rho: Spearman's rank correlation "
-             "of rise and emergence steps across seeds, permutation p (exact up to 9 seeds, "
-             "else 9,999 random pairings), per row, not adjusted across rows. Emergence is a "
-             "threshold near the top of the metric's rise, so a pattern that rises with the "
-             "metric still leads it by part of the rise: lag to the metric's half-rise compares "
-             "like with like (the same half-rise definition on the emergence metric's curve, "
-             "over every seed, emerged or not, where both rose: median [interval] (seeds), and "
-             "the share within one evaluation). Over every "
-             "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), the "
-             "influence mass of a map with no preference (every row spread evenly over the "
-             "earlier positions; an influence curve's rise is measured from this level where its "
-             "start is lower: a mixer whose output projections start at zero has no influence on "
-             "earlier positions at step 0), and how many seeds that never emerged rose all the "
-             "same (a pattern learned without the capability).", "",
+    lines = ["## Mechanism: the pattern against emergence", "", LAG_NOTE, "",
              *markdown.table(["task", "architecture", "curve", "risen/emerged", "median lag",
                               "lag interval", "coincide", "rho", "p",
                               "lag to the metric's half-rise", "coincide (half-rise)",
                               "start -> end (all seeds)", "no preference",
-                              "risen/not emerged"], lag_rows)]
+                              "parents' AUROC start -> end", "risen/not emerged"], lag_rows)]
     if patch_rows:
-        lines += ["", "Attention patching (bench patch, pre = the last kept checkpoint on "
-                  "the plateau: its end in runs that kept it, post = the first at or after "
-                  "emergence), medians over the patched runs "
-                  "whose pre checkpoint is on the plateau (runs without an observed plateau are "
-                  "left out: their gap is between two nearby checkpoints): p(correct) pre -> "
-                  "post; the fraction of that gap restored by the best single head, the greedy "
-                  "set of a quarter of the heads, all heads, and the ground-truth pattern in "
-                  "every head; the token accuracy with the ground truth patched into every "
-                  "layer / into the best single layer (a maximum over the layers, per run), and "
-                  "in how many runs each reaches the emergence threshold.", "",
+        lines += ["", PATCH_NOTE, "",
                   *markdown.table(["task", "architecture", "on plateau/patched", "heads",
                                    "p pre -> post", "best head", "quarter of heads", "all heads",
                                    "ground truth", "ground-truth accuracy (all / best layer)",

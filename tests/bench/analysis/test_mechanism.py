@@ -69,6 +69,11 @@ def test_lags_per_row():
     assert (m["seeds"], m["start"], m["end"]) == (5, pytest.approx(0.1), pytest.approx(0.5))
     assert (m["censored"], m["censored_risen"]) == (2, 1)
     assert m["half_n"] == 0  # no accuracy curve recorded here
+    assert math.isnan(m["auroc_end"])  # no AUROC recorded either
+    ranked = [{**r, "curves": {**r["curves"], "val/influence_auroc": [0.5, 0.6, a]}}
+              for r, a in zip(runs, (0.9, 1.0, 0.95, 0.55, 0.6))]
+    (m,) = row_mechanism({"runs": ranked, "job_config": {"train": {"eval_every": 50}}})
+    assert (m["auroc_start"], m["auroc_end"]) == (pytest.approx(0.5), pytest.approx(0.9))
 
 
 def test_a_pattern_rising_with_the_metric_leads_the_threshold_but_not_the_half_rise():
