@@ -21,6 +21,31 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
+def estimate_remaining(rows: list[dict[str, Any]], workers: int, now: float) -> float | None:
+    """Seconds until the unfinished jobs are done: each takes the mean wall time of the finished
+    jobs of its (task, architecture) (any learning rate), else of every finished job, less what
+    a running job has run already; the sum shared by the workers. None before any job
+    finished."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for r in rows:  # a resumed job's own wall time spans its attempts; its claim only the last
+        took = r["wall_time_s"] or (r["finished_at"] or 0) - (r["started_at"] or 0)
+        if r["status"] in FINISHED and took > 0:
+            times.setdefault(row_labels(json.loads(r["config"])), []).append(took)
+    if not times:
+        return None
+    overall = statistics.mean(t for ts in times.values() for t in ts)
+    total = 0.0
+    for r in rows:
+        if r["status"] in FINISHED:
+            continue
+        ts = times.get(row_labels(json.loads(r["config"])))
+        left = statistics.mean(ts) if ts else overall
+        if r["status"] == "running" and r["started_at"]:
+            left = max(0.0, left - (now - r["started_at"]))
+        total += left
+    return total / max(1, workers)
+
+
 def sweep_status(out: Path) -> dict[str, Any]:
     db = ResultsDB(out / ResultsDB.FILENAME)
     try:
@@ -34,9 +59,7 @@ def sweep_status(out: Path) -> dict[str, Any]:
     now = time.time()
     done = sum(counts[s] for s in FINISHED)
     remaining = counts["pending"] + counts["running"] + counts["failed"]
-    job_times = [r["finished_at"] - r["started_at"] for r in rows
-                 if r["status"] in FINISHED and r["started_at"] and r["finished_at"]]
-    eta = (statistics.mean(job_times) * remaining / workers) if job_times and remaining else None
+    eta = estimate_remaining(rows, workers, now) if remaining else None
     last = max((r["finished_at"] for r in rows if r["finished_at"]), default=started)
     elapsed = ((now if live else last) - started) if started else None
 

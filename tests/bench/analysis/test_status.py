@@ -1,0 +1,32 @@
+"""`bench status`: the time left is estimated per (task, architecture), not from the mean job."""
+
+import json
+
+import pytest
+
+from bench.analysis.status import estimate_remaining
+
+
+def job(arch, status, wall=None, started=None, finished=None, lr=0.01):
+    config = {"task": {"name": "linear_map"}, "arch": {"name": arch}, "seed": 0,
+              "train": {"lr": lr}}
+    return {"config": json.dumps(config), "status": status, "wall_time_s": wall,
+            "started_at": started, "finished_at": finished}
+
+
+def test_each_job_takes_the_time_of_its_own_kind():
+    rows = [job("transformer", "emerged", wall=100), job("transformer", "censored", wall=300),
+            job("mamba", "censored", wall=2000, lr=0.003),  # another lr: the same kind
+            job("transformer", "pending"), job("mamba", "pending"), job("mamba", "pending")]
+    assert estimate_remaining(rows, workers=2, now=0) == pytest.approx((200 + 2 * 2000) / 2)
+
+
+def test_a_resumed_job_counts_its_own_wall_time_and_a_running_one_what_is_left():
+    # finished after a resume: its last claim ran 50 s of a 1,000 s run
+    rows = [job("mamba", "censored", wall=1000, started=950, finished=1000),
+            job("rwkv", "censored", started=0, finished=400),  # no wall time: its claim
+            job("mamba", "running", started=700), job("rwkv", "pending"),
+            job("gated_deltanet", "pending")]  # no finished job of its kind: the overall mean
+    left = estimate_remaining(rows, workers=1, now=1000)
+    assert left == pytest.approx((1000 - 300) + 400 + (1000 + 400) / 2)
+    assert estimate_remaining([job("mamba", "pending")], workers=2, now=0) is None
