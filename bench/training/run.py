@@ -179,11 +179,22 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     result = json.loads((run_dir / "result.json").read_text())
     if warmed is not None:
         result["pretrain"] = warmed
+    analyse_run(cfg, task, run_dir, result, trainer.world_size)
+    if "checkpoints" in result or warmed is not None:
+        write_json_atomic(run_dir / "result.json", result)
+    return result
+
+
+def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, result: dict[str, Any],
+                world_size: int) -> None:
+    """The analyses a finished run's config asks for, added to `result` in place: the kept
+    checkpoints, the exact emergence step (a replay), attention patching and the circuit
+    screen; checkpoints kept only to replay from are removed after the replay."""
     if keeps_analysis_checkpoints(cfg):
         result["checkpoints"] = {s: analysis_path(run_dir, s).stat().st_size
                                  for s in analysis_steps(run_dir)}
     if cfg.emergence.refine and result["status"] == "emerged":
-        if trainer.world_size > 1:
+        if world_size > 1:
             result["refine"] = "skipped: a multi-device run (replay runs on one device)"
         else:
             from .refine import refine
@@ -201,9 +212,6 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
             analysis_path(run_dir, s).unlink()
         remove_resume_checkpoint(run_dir)
         result["checkpoints"] = {}
-    if "checkpoints" in result or warmed is not None:
-        write_json_atomic(run_dir / "result.json", result)
-    return result
 
 
 class RunRecorder(Callback):
