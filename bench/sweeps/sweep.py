@@ -163,9 +163,36 @@ def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunCo
     without `rates` the rows are validated at the first tuning rate."""
     if spec.tune:
         jobs = _expand(spec, [spec.tune["lr"][0]], spec.seed_list())
+        check_test_fields(spec.tests, jobs, tuned=True)
         return jobs if rates is None else at_rates(jobs, rates)
     lrs = spec.train.get("lr")
-    return _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
+    jobs = _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
+    check_test_fields(spec.tests, jobs)
+    return jobs
+
+
+def check_test_fields(tests: list[dict[str, Any]], jobs: list[RunConfig],
+                      tuned: bool = False) -> None:
+    """Every test's field is read from every job and takes two values or more, and its
+    `against` is one of them: checked before anything trains, not when the table is written
+    (a test with nothing to compare would drop out of the table in silence)."""
+    configs = [job.to_dict() for job in jobs]
+    for entry in tests:
+        kind = "compare" if "compare" in entry else "trend"
+        field = entry[kind]
+        if tuned and field == "train.lr":  # each row trains at its tuned rate
+            continue
+        try:
+            values = {axis_value(c, field) for c in configs}
+        except ConfigError as e:
+            raise ConfigError(f"tests: {kind} {str(e).split(': ', 1)[1]}") from None
+        shown = ", ".join(sorted(map(str, values)))
+        if len(values) < 2:
+            raise ConfigError(f"tests: {kind} {field} takes one value in this spec ({shown}); "
+                              "nothing to compare")
+        if "against" in entry and entry["against"] not in values:
+            raise ConfigError(f"tests: against {entry['against']!r} is not a value of {field} "
+                              f"in this spec ({shown})")
 
 
 def at_rates(jobs: list[RunConfig], rates: dict[str, float]) -> list[RunConfig]:

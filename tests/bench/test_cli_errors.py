@@ -160,6 +160,14 @@ BAD_SWEEPS = [
     (GOOD + "tune: {lr: [0.001, 0.01], seeds: [0, 1]}\n", [],
      "tune.seeds: must be disjoint from seeds"),
     (GOOD + "tests: [{trend: n_heads}]\n", [], "tests: 'n_heads' is not task.FIELD"),
+    # a test with nothing to compare is caught before training, not dropped from the table
+    (GOOD + "tests: [{compare: arch.name}]\n", [],
+     "tests: compare arch.name takes one value in this spec (mlp_mixer); nothing to compare"),
+    (GOOD.replace(ARCH, "archs: [{name: mlp_mixer, d_model: 16, n_layers: [1, 2]}]")
+     + "tests: [{compare: arch.n_layers, against: 3}]\n", [],
+     "tests: against 3 is not a value of arch.n_layers in this spec (1, 2)"),
+    (GOOD + "tests: [{trend: task.depth}]\n", [],
+     "tests: trend 'task.depth' is not a field of every row's task"),
     (GOOD.replace("seeds: 1", "seeds: three"), [], "seeds: must be a count or a list of seeds"),
     (GOOD + "emergence: {metric: acc}\n", [], "emergence.metric: Invalid value 'acc'"),
     (GOOD + "trainer: {max_steps: 3}\n", [],
