@@ -28,7 +28,7 @@ browser:
 		>/dev/null; } || echo "no chromium here: the site's browser test will be skipped"
 
 test: lint browser
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15  # the slowest tests, so the CI log shows where its time goes
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
