@@ -283,7 +283,8 @@ class SequenceTask(L.LightningDataModule):
             groups = counted.view(N, -1, G)[..., 0].flatten()  # a group counts whole
             right = (truth == majority).view(N, -1, G).all(-1).flatten()[groups]
             # the Bayes-optimal predictor, in chunks of rows: a posterior is (rows, P, V)
-            best, log_loss = torch.zeros(2, dtype=torch.float64)
+            best = torch.zeros((), dtype=torch.float64)  # sum of the max posterior
+            log_loss = torch.zeros((), dtype=torch.float64)  # sum of -log p(truth)
             for rows in torch.arange(N).split(max(1, REFERENCE_FLOATS // (self.seq_len * V))):
                 post, keep = self.next_token_posterior(tokens[rows]), counted[rows]
                 p_true = post.gather(-1, truth[rows][..., None])[..., 0]
