@@ -21,24 +21,25 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-def estimate_remaining(rows: list[dict[str, Any]], workers: int, now: float) -> float | None:
+def estimate_remaining(rows: list[dict[str, Any]], labels: list[tuple[str, str]], workers: int,
+                       now: float) -> float | None:
     """Seconds until the unfinished jobs are done: each takes the mean wall time of the finished
-    jobs of its (task, architecture) (any learning rate), else of every finished job, less what
-    a running job has run already; the sum shared by the workers. None before any job
-    finished."""
+    jobs of its (task, architecture) label in `labels` (one per row; any learning rate), else of
+    every finished job, less what a running job has run already; the sum shared by the workers.
+    None before any job finished."""
     times: dict[tuple[str, str], list[float]] = {}
-    for r in rows:  # a resumed job's own wall time spans its attempts; its claim only the last
+    for r, label in zip(rows, labels):  # a resumed job's own wall time spans its attempts
         took = r["wall_time_s"] or (r["finished_at"] or 0) - (r["started_at"] or 0)
         if r["status"] in FINISHED and took > 0:
-            times.setdefault(row_labels(json.loads(r["config"])), []).append(took)
+            times.setdefault(label, []).append(took)
     if not times:
         return None
     overall = statistics.mean(t for ts in times.values() for t in ts)
     total = 0.0
-    for r in rows:
+    for r, label in zip(rows, labels):
         if r["status"] in FINISHED:
             continue
-        ts = times.get(row_labels(json.loads(r["config"])))
+        ts = times.get(label)
         left = statistics.mean(ts) if ts else overall
         if r["status"] == "running" and r["started_at"]:
             left = max(0.0, left - (now - r["started_at"]))
@@ -59,14 +60,14 @@ def sweep_status(out: Path) -> dict[str, Any]:
     now = time.time()
     done = sum(counts[s] for s in FINISHED)
     remaining = counts["pending"] + counts["running"] + counts["failed"]
-    eta = estimate_remaining(rows, workers, now) if remaining else None
+    configs = [json.loads(r["config"]) for r in rows]
+    labels = [row_labels(config) for config in configs]  # (task, architecture) per row
+    eta = estimate_remaining(rows, labels, workers, now) if remaining else None
     last = max((r["finished_at"] for r in rows if r["finished_at"]), default=started)
     elapsed = ((now if live else last) - started) if started else None
 
     groups: dict[tuple[str, str, float], dict[str, Any]] = {}
-    for r in rows:
-        config = json.loads(r["config"])
-        task, arch = row_labels(config)
+    for r, config, (task, arch) in zip(rows, configs, labels):
         g = groups.setdefault((task, arch, r["lr"]), {"jobs": 0, "done": 0, "emerged": 0,
                                                       "running": 0, "failed": 0,
                                                       "config": group_key(config)})

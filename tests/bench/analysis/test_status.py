@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from bench.analysis.labels import row_labels
 from bench.analysis.status import estimate_remaining
 
 
@@ -14,11 +15,16 @@ def job(arch, status, wall=None, started=None, finished=None, lr=0.01):
             "started_at": started, "finished_at": finished}
 
 
+def eta(rows, workers, now):
+    return estimate_remaining(rows, [row_labels(json.loads(r["config"])) for r in rows], workers,
+                              now)
+
+
 def test_each_job_takes_the_time_of_its_own_kind():
     rows = [job("transformer", "emerged", wall=100), job("transformer", "censored", wall=300),
             job("mamba", "censored", wall=2000, lr=0.003),  # another lr: the same kind
             job("transformer", "pending"), job("mamba", "pending"), job("mamba", "pending")]
-    assert estimate_remaining(rows, workers=2, now=0) == pytest.approx((200 + 2 * 2000) / 2)
+    assert eta(rows, workers=2, now=0) == pytest.approx((200 + 2 * 2000) / 2)
 
 
 def test_a_resumed_job_counts_its_own_wall_time_and_a_running_one_what_is_left():
@@ -27,6 +33,6 @@ def test_a_resumed_job_counts_its_own_wall_time_and_a_running_one_what_is_left()
             job("rwkv", "censored", started=0, finished=400),  # no wall time: its claim
             job("mamba", "running", started=700), job("rwkv", "pending"),
             job("gated_deltanet", "pending")]  # no finished job of its kind: the overall mean
-    left = estimate_remaining(rows, workers=1, now=1000)
+    left = eta(rows, workers=1, now=1000)
     assert left == pytest.approx((1000 - 300) + 400 + (1000 + 400) / 2)
-    assert estimate_remaining([job("mamba", "pending")], workers=2, now=0) is None
+    assert eta([job("mamba", "pending")], workers=2, now=0) is None
