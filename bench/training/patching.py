@@ -57,6 +57,7 @@ class Patcher:
         self.cfg = load_run_config(config)
         self.task = build_run_task(self.cfg)
         self.models = {"post": load_analysis_module(run_dir, post, self.cfg, self.task)}
+        self.pre_step: int | None = None
         self.use_pre(pre)
         post_layers = [m for m in self.models["post"].model.modules()
                        if isinstance(m, PatchesAttention)]
@@ -87,7 +88,11 @@ class Patcher:
         self.heads = [(i, h) for i, n in enumerate(self.n_heads) for h in range(n)]
 
     def use_pre(self, step: int) -> None:
-        """Load the pre model from the checkpoint at `step`; the post side stays as it is."""
+        """Load the pre model from the checkpoint at `step` (unless it is loaded already); the
+        post side stays as it is."""
+        if step == self.pre_step:
+            return
+        self.pre_step = step
         self.models["pre"] = load_analysis_module(self.run_dir, step, self.cfg, self.task)
         self.layers = [m for m in self.models["pre"].model.modules()
                        if isinstance(m, PatchesAttention)]
