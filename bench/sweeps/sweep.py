@@ -163,24 +163,21 @@ def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunCo
     without `rates` the rows are validated at the first tuning rate."""
     if spec.tune:
         jobs = _expand(spec, [spec.tune["lr"][0]], spec.seed_list())
-        check_test_fields(spec.tests, jobs, tuned=True)
         return jobs if rates is None else at_rates(jobs, rates)
     lrs = spec.train.get("lr")
-    jobs = _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
-    check_test_fields(spec.tests, jobs)
-    return jobs
+    return _expand(spec, lrs if isinstance(lrs, list) else [lrs], spec.seed_list())
 
 
-def check_test_fields(tests: list[dict[str, Any]], jobs: list[RunConfig],
-                      tuned: bool = False) -> None:
-    """Every test's field is read from every job and takes two values or more, and its
+def check_test_fields(tests: list[dict[str, Any]], configs: list[dict[str, Any]],
+                      tuned: bool) -> None:
+    """Every test's field is read from every job's config and takes two values or more, and its
     `against` is one of them: checked before anything trains, not when the table is written
-    (a test with nothing to compare would drop out of the table in silence)."""
-    configs = [job.to_dict() for job in jobs]
+    (a test with nothing to compare would drop out of the table in silence). In a `tuned` spec
+    train.lr is not checked: each row trains at its tuned rate."""
     for entry in tests:
         kind = "compare" if "compare" in entry else "trend"
         field = entry[kind]
-        if tuned and field == "train.lr":  # each row trains at its tuned rate
+        if tuned and field == "train.lr":
             continue
         try:
             values = {axis_value(c, field) for c in configs}
@@ -244,7 +241,9 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                             for seed in seeds:
                                 jobs.append(_job(task, arch, train, spec, seed, i, pre, j))
     check_sweep_trainer(spec.trainer)
-    check_plot_axes(spec.plots, jobs)
+    configs = [job.to_dict() for job in jobs]
+    check_plot_axes(spec.plots, configs)
+    check_test_fields(spec.tests, configs, tuned=bool(spec.tune))
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError("archs, pretrain: two entries resolve to the same config"
@@ -300,9 +299,8 @@ def check_tasks(jobs: list[RunConfig]) -> None:
                 check_pretrain(job)
 
 
-def check_plot_axes(plots: list[list[str]], jobs: list[RunConfig]) -> None:
-    """Every plot axis reads a value from every job, checked before anything trains."""
-    configs = [job.to_dict() for job in jobs]
+def check_plot_axes(plots: list[list[str]], configs: list[dict[str, Any]]) -> None:
+    """Every plot axis reads a value from every job's config, checked before anything trains."""
     for axis in {a for axes in plots for a in axes}:
         for config in configs:
             axis_value(config, axis)
