@@ -282,7 +282,8 @@ class SequenceTask(L.LightningDataModule):
             majority[majority == V] = 0  # a position with no counted target
             groups = counted.view(N, -1, G)[..., 0].flatten()  # a group counts whole
             right = (truth == majority).view(N, -1, G).all(-1).flatten()[groups]
-            # the Bayes-optimal predictor, in chunks of rows: a posterior is (rows, P, V)
+            # the Bayes-optimal predictor, in chunks of rows: a posterior is (rows, P, V), and a
+            # task may build (rows, L, V) on the way (induction's votes per source), so L bounds it
             best = torch.zeros((), dtype=torch.float64)  # sum of the max posterior
             log_loss = torch.zeros((), dtype=torch.float64)  # sum of -log p(truth)
             for rows in torch.arange(N).split(max(1, REFERENCE_FLOATS // (self.seq_len * V))):
