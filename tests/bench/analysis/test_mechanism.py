@@ -54,6 +54,20 @@ def test_spearman_exact_p():
     assert all(math.isnan(x) for x in spearman([1, 2], [3, 4]))
 
 
+@pytest.mark.parametrize("n", [6, 11])  # exact, then Monte Carlo
+def test_spearman_p_is_scipys_permutation_test_with_ties(n):
+    """The vectorised null (permuted ranks) gives scipy's p-value for spearmanr itself, ties
+    included: an off-by-one tie comparison would move the exact p by a multiple of 1/n!."""
+    from scipy.stats import permutation_test, spearmanr
+
+    a = [1, 2, 2, 3, 5, 5, 8, 9, 9, 10, 12][:n]
+    b = [0.3, 0.1, 0.9, 0.9, 0.4, 0.7, 0.8, 0.2, 0.6, 0.6, 1.0][:n]
+    expected = permutation_test((a,), lambda x: spearmanr(x, b).statistic,
+                                permutation_type="pairings", random_state=0,
+                                n_resamples=9999 if n > 9 else math.inf).pvalue
+    assert spearman(a, b) == (spearmanr(a, b).statistic, expected)
+
+
 def test_lags_per_row():
     runs = [{"status": "emerged", "steps_to_emergence": em, "budget_steps": 400,
              "curves": {"step": [0, 50, 100, 150, 200], "val/influence_mass": curve}}
