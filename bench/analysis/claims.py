@@ -20,6 +20,7 @@ from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.rows import survival_sample
 from ..core.stats import holm, logrank_test, solve_rate_p, trend_test
+from ..sweeps.axes import AxisError
 from .labels import factor_groups
 
 
@@ -49,8 +50,8 @@ def run_tests(tests: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[C
         field = entry.get("compare") or entry.get("trend")
         try:
             groups = factor_groups(rows, [field])
-        except ConfigError as e:
-            raise ConfigError(f"tests: {str(e).split(': ', 1)[1]}") from None
+        except AxisError as e:
+            raise ConfigError(f"tests: {e}") from None
         family: list[Comparison] = []
         for name, members in groups.items():
             members = sorted(members, key=lambda m: _order(m[0][0]))

@@ -9,6 +9,12 @@ from datamodules import TASKS
 
 from ..core.errors import ConfigError
 
+
+class AxisError(ConfigError):
+    """An axis a row's config cannot give; the message names the axis, and the caller the spec
+    section that asked for it (`plots:`, `tests:`)."""
+
+
 DERIVED_AXES = {axis: info for schema in TASKS.values() for axis, info in schema.DERIVED.items()}
 
 
@@ -24,7 +30,7 @@ def axis_value(config: dict[str, Any], axis: str) -> float:
         task = config["task"]
         schema = TASKS[task["name"]]
         if axis not in schema.DERIVED:
-            raise ConfigError(f"plots: '{axis}' is not an axis of the {task['name']} task; "
+            raise AxisError(f"'{axis}' is not an axis of the {task['name']} task; "
                               f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
         return schema.derived(axis, task)
     if axis.startswith("pretrain."):  # a warm-up field; from scratch reads `none`
@@ -34,5 +40,5 @@ def axis_value(config: dict[str, Any], axis: str) -> float:
         return value
     section, _, name = axis.partition(".")
     if name not in config.get(section, {}):
-        raise ConfigError(f"plots: '{axis}' is not a field of every row's {section}")
+        raise AxisError(f"'{axis}' is not a field of every row's {section}")
     return config[section][name]

@@ -36,7 +36,7 @@ from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
 from ..training.config import RunConfig, load_run_config, read_yaml_mapping
 from ..training.sections import build_section
-from .axes import DERIVED_AXES, axis_value, derived_axis
+from .axes import DERIVED_AXES, AxisError, axis_value, derived_axis
 from .results import FINISHED, ResultsDB, SweepLock, check_out_dir
 
 
@@ -181,8 +181,8 @@ def check_test_fields(tests: list[dict[str, Any]], configs: list[dict[str, Any]]
             continue
         try:
             values = {axis_value(c, field) for c in configs}
-        except ConfigError as e:
-            raise ConfigError(f"tests: {kind} {str(e).split(': ', 1)[1]}") from None
+        except AxisError as e:
+            raise ConfigError(f"tests: {kind} {e}") from None
         shown = ", ".join(sorted(map(str, values)))
         if len(values) < 2:
             raise ConfigError(f"tests: {kind} {field} takes one value in this spec ({shown}); "
@@ -301,9 +301,12 @@ def check_tasks(jobs: list[RunConfig]) -> None:
 
 def check_plot_axes(plots: list[list[str]], configs: list[dict[str, Any]]) -> None:
     """Every plot axis reads a value from every job's config, checked before anything trains."""
-    for axis in {a for axes in plots for a in axes}:
-        for config in configs:
-            axis_value(config, axis)
+    try:
+        for axis in {a for axes in plots for a in axes}:
+            for config in configs:
+                axis_value(config, axis)
+    except AxisError as e:
+        raise ConfigError(f"plots: {e}") from None
 
 
 def check_sweep_trainer(trainer: dict[str, Any]) -> None:

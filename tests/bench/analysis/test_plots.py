@@ -21,7 +21,7 @@ def test_axes_read_config_fields_or_the_number_of_candidate_supports():
     config = _row(4)["job_config"]
     assert axis_value(config, "arch.n_heads") == 4
     assert axis_value(config, "supports") == math.comb(6, 3)
-    with pytest.raises(ConfigError, match="plots: 'arch.depth' is not a field"):
+    with pytest.raises(ConfigError, match="^'arch.depth' is not a field"):
         axis_value(config, "arch.depth")
     automaton = {**config, "task": {"name": "cellular_automaton", "n_cells": 8}}
     with pytest.raises(ConfigError, match="'supports' is not an axis of the cellular_automaton"):
