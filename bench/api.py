@@ -88,7 +88,8 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
     leaderboard (the path of leaderboard.md, None before any reported job finished)}."""
     from .analysis.leaderboard import reported, write_leaderboard
     from .sweeps.results import read_results
-    from .sweeps.sweep import load_spec, row_filter, run_sweep
+    from .sweeps.spec import load_spec, row_filter
+    from .sweeps.sweep import run_sweep
 
     spec = Path(spec)
     parsed = load_spec(spec, overrides or [])

@@ -19,7 +19,8 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.rows import by_row, content_hash
 from ..sweeps.results import FINISHED, ResultsDB, read_results
-from ..sweeps.sweep import SweepSpec, expand, load_spec, run_sweep, tuning_jobs
+from ..sweeps.spec import SweepSpec, expand, load_spec, tuning_jobs
+from ..sweeps.sweep import run_sweep
 from ..training.sections import parse_overrides
 from .labels import record_defaults, row_labels
 from .leaderboard import write_leaderboard

@@ -35,7 +35,8 @@ from ..core.stats import (
     solve_rate_p,
 )
 from ..sweeps.results import ResultsDB, read_results
-from ..sweeps.sweep import SweepSpec, load_spec, row_filter, run_sweep
+from ..sweeps.spec import SweepSpec, load_spec, row_filter
+from ..sweeps.sweep import run_sweep
 from .labels import row_labels
 from .leaderboard import steps_text, write_leaderboard
 

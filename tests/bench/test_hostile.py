@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from architectures import ARCHITECTURES
 from bench.core.emergence import EmergenceCriterion
 from bench.core.errors import ConfigError
-from bench.sweeps.sweep import expand, load_spec
+from bench.sweeps.spec import expand, load_spec
 from bench.training.config import TrainConfig, load_run_config
 from bench.training.memory import check_memory
 from datamodules import TASKS

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import yaml
 
-from bench.sweeps.sweep import load_spec, run_sweep
+from bench.sweeps.spec import load_spec
+from bench.sweeps.sweep import run_sweep
 from tests.bench.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[2]

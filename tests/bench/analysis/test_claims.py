@@ -9,7 +9,7 @@ import pytest
 from bench.analysis.claims import run_tests
 from bench.analysis.leaderboard import summarise
 from bench.core.errors import ConfigError
-from bench.sweeps.sweep import expand, load_spec, tuning_jobs
+from bench.sweeps.spec import expand, load_spec, tuning_jobs
 
 
 def _result(heads: int, seed: int, step: int | None, budget: int = 1000) -> dict:

@@ -6,7 +6,8 @@ import sqlite3
 import pytest
 import yaml
 
-from bench.sweeps.sweep import load_spec, run_sweep
+from bench.sweeps.spec import load_spec
+from bench.sweeps.sweep import run_sweep
 from tests.bench.conftest import TINY
 
 BOARD = {**TINY, "name": "cmpboard", "archs": [{"name": "mlp_mixer", "d_model": 32,

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from bench.sweeps.results import ResultsDB
-from bench.sweeps.sweep import load_spec, run_sweep
+from bench.sweeps.spec import load_spec
+from bench.sweeps.sweep import run_sweep
 from tests.bench.conftest import TINY
 
 # 5 seeds: at 4 a fully separated pair cannot reach p < 0.05 after Holm over two tests
@@ -128,7 +129,7 @@ def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
     of the grid: that hash selects the row's family, tuning runs at every rate included."""
     from bench.core.errors import ConfigError
     from bench.core.rows import group_key
-    from bench.sweeps.sweep import expand, row_filter, tuning_jobs
+    from bench.sweeps.spec import expand, row_filter, tuning_jobs
 
     spec = load_spec(tuned_spec(tmp_path, seeds=2))
     jobs = [*tuning_jobs(spec), *expand(spec)]

@@ -10,7 +10,7 @@ import pytest
 
 from bench.analysis.leaderboard import best_lr, summarise, with_null_rows
 from bench.sweeps.results import SweepLock
-from bench.sweeps.sweep import expand, load_spec
+from bench.sweeps.spec import expand, load_spec
 from bench.training.config import load_run_config
 
 

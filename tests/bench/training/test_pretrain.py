@@ -12,7 +12,7 @@ import torch
 from bench.analysis.warmups import saved
 from bench.core.errors import ConfigError
 from bench.core.rows import job_id
-from bench.sweeps.sweep import expand, load_spec
+from bench.sweeps.spec import expand, load_spec
 from bench.training.config import load_run_config
 from bench.training.lightning_module import EmergenceModule
 from bench.training.pretrain import warm_up

@@ -134,7 +134,8 @@ def test_tables_use_the_refined_step_where_a_run_has_one():
 def test_a_sweep_that_keeps_checkpoints_prints_their_cost(tmp_path, capsys):
     import yaml
 
-    from bench.sweeps.sweep import load_spec, run_sweep
+    from bench.sweeps.spec import load_spec
+    from bench.sweeps.sweep import run_sweep
     from tests.bench.conftest import TINY
 
     spec = {**TINY, "archs": [TINY["archs"][1]], "seeds": 1,
