@@ -31,7 +31,7 @@ def axis_value(config: dict[str, Any], axis: str) -> float:
         schema = TASKS[task["name"]]
         if axis not in schema.DERIVED:
             raise AxisError(f"'{axis}' is not an axis of the {task['name']} task; "
-                              f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
+                            f"its derived axes: {', '.join(schema.DERIVED) or 'none'}")
         return schema.derived(axis, task)
     if axis.startswith("pretrain."):  # a warm-up field; from scratch reads `none`
         value: Any = config.get("pretrain") or "none"
