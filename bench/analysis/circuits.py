@@ -138,3 +138,58 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              "F3 induction first", "F3 p (Holm)", "F4 early share",
                              "F5 PR first (heads)", "F5 runs", "F5 p (Holm)", "ablation dloss"],
                             table)]
+
+
+CURVES = {"induction": lambda c: c["overall"]["induction"],
+          "first": lambda c: c["overall"]["first"],
+          "identified": lambda c: c["early_identification"]}
+
+
+def row_curves(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over a row's screened runs, at the checkpoints every run kept (the log-spaced ones; a
+    run's extra bracketing checkpoints are left out): per curve of `CURVES` the 25th, 50th and
+    75th percentile over runs (NaN where no run has a value: a run without an induction circuit
+    has no identified share)."""
+    import numpy as np
+
+    common = sorted(set.intersection(*({s["step"] for s in c["steps"]} for c in runs)))
+    out: dict[str, Any] = {"step": common}
+    for name, values in CURVES.items():
+        per_run = [[v for s, v in zip(c["steps"], values(c)) if s["step"] in common]
+                   for c in runs]
+        columns = [[v for v in column if v is not None] for column in zip(*per_run)]
+        out[name] = [[float(np.percentile(col, q)) if col else math.nan for col in columns]
+                     for q in (25, 50, 75)]
+    return out
+
+
+def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
+    """Per row, the median over its screened runs (and the interquartile band) of the
+    induction-head fraction, the sink-head fraction and the share of the final induction circuit
+    identified, against the checkpoint step; False when no run was screened."""
+    from ..training.reports import pyplot
+    from .plots import _save
+
+    shown = [(row, row_curves(runs)) for row in rows if (runs := _screened(row))]
+    if not shown:
+        return False
+    plt = pyplot()
+    titles = {"induction": "induction heads (fraction of all heads)",
+              "first": "sink (first-token) heads (fraction)",
+              "identified": "final induction circuit identified (share)"}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for k, (row, curves) in enumerate(shown):
+        x = [max(s, 1) for s in curves["step"]]
+        for ax, name in zip(axes, titles):
+            low, mid, high = curves[name]
+            ax.plot(x, mid, marker=".", color=f"C{k}", label=row["architecture"])
+            ax.fill_between(x, low, high, color=f"C{k}", alpha=0.15)
+            ax.set_title(titles[name], fontsize=9)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("step (checkpoint; 0 drawn at 1)")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("head screen over training: median over seeds, interquartile band", fontsize=9)
+    _save(fig, path)
+    return True

@@ -22,7 +22,7 @@ from ..core.errors import ConfigError
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import SurvivalSummary, finite_median, kaplan_meier
-from .circuits import circuits_markdown
+from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .labels import record_defaults, row_labels
@@ -254,7 +254,8 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
                 "dynamics": "one seed per row: held-out and training accuracy, attention on the "
                             "parents",
                 "attention": "learned attention beside the ground-truth pattern",
-                "influence": "influence maps before and at emergence beside the ground truth"}
+                "influence": "influence maps before and at emergence beside the ground truth",
+                "circuits": "head classes and the final induction circuit over training"}
     lines += [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
     return "\n".join(lines)
 
@@ -290,7 +291,7 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
         plots.factors(out / "factors.png", rows, spec["plots"])
         figures.append("factors")
     for name, draw in (("dynamics", plots.dynamics), ("attention", plots.attention_maps),
-                       ("influence", influence_figure)):
+                       ("influence", influence_figure), ("circuits", circuits_figure)):
         if draw(out / f"{name}.png", rows):
             figures.append(name)
     tuning_rows = [r for r, _ in summarise([r for r in results

@@ -1,0 +1,73 @@
+"""The circuits leaderboard section: the findings F1-F5 and the curves over checkpoints, read
+from the runs' head-screen summaries."""
+
+import math
+
+from bench.analysis.circuits import circuits_figure, circuits_markdown, row_circuits, row_curves
+
+
+def test_the_leaderboard_section_reads_the_findings():
+    def run(ind, half, shape, early_sinks, identified, heads, dl_ind, dl_ctl):
+        steps = [{"step": s} for s in (0, 50, 100, 200, 400, 3000)]
+        return {"config": {"train": {"max_steps": 3000}}, "circuits": {
+            "induction_formation_step": ind, "sink_half_step": half, "sink_shape": shape,
+            "sinks_in_layers_0_1_at": early_sinks, "steps": steps,
+            "early_identification": identified, "induction_heads": heads,
+            "ablation": {"dloss_induction": dl_ind, "dloss_control": dl_ctl}}}
+
+    head = {"pr_at_or_before": True}
+    late = {"pr_at_or_before": False}
+    row = {"task": "induction()", "architecture": "transformer", "runs": [
+        run(100, 2000, "jump", [], [0, 0.5, 1, 1, 1, 1], [head, head], 1.0, 0.1),
+        run(200, 400, "gradual", [400], [0, 0, 0.5, 1, 1, 1], [late], 0.5, 0.6),
+        run(None, None, "none", [], [None] * 6, [], None, None),
+        {"config": {"train": {"max_steps": 3000}}, "circuits": "not screened: x"}]}
+    c = row_circuits(row)
+    assert c["runs"] == 3 and c["induction_runs"] == 2
+    assert c["f1_runs_with_early_sinks"] == 1
+    assert c["f2_shapes"] == {"jump": 1, "gradual": 1, "none": 1}
+    assert (c["f3_both"], c["f3_magnitude"], c["f3_first"]) == (2, 1, 2)
+    assert c["f3_median"] == 11.0  # ratios 20 and 2
+    assert c["f4_runs"] == 2 and c["f4_median"] == 0.25  # step 50 is within 2% of 3000
+    assert (c["f5_heads"], c["f5_ahead"]) == (3, 2)
+    # the test counts runs, not heads: run 1 (2 of 2 heads first) against run 2 (0 of 1)
+    assert (c["f5_runs_more"], c["f5_runs_fewer"]) == (1, 1) and c["f5_p"] == 1.0
+    assert c["f3_p"] == 0.25  # 2 of 2 runs with induction first, one-sided
+    assert c["ablation_runs"] == 2 and c["ablation_wins"] == 1
+    text = "\n".join(circuits_markdown([row]))
+    assert "## Circuits" in text and "1/3" in text
+    assert circuits_markdown([{**row, "runs": row["runs"][3:]}]) == []
+    # Holm across rows: two rows with the same F3 p of 0.25 are both adjusted to 0.5
+    text = "\n".join(circuits_markdown([row, {**row, "architecture": "other"}]))
+    assert text.count("0.250 (0.500)") == 2
+
+
+def screened(steps, induction, first, identified):
+    return {"config": {"train": {"max_steps": 3000}}, "circuits": {
+        "steps": [{"step": s} for s in steps], "early_identification": identified,
+        "overall": {"induction": induction, "first": first}}}
+
+
+def test_curves_are_quartiles_over_runs_at_the_common_checkpoints():
+    runs = [screened([0, 50, 100], [0, 0.25, 0.5], [0, 0, 0.1], [0, 0.5, 1]),
+            # an extra bracketing checkpoint at 75 is left out: not every run kept one
+            screened([0, 50, 75, 100], [0, 0.5, 0.5, 1.0], [0, 0, 0, 0.3], [0, 1, 1, 1]),
+            # no induction circuit at the end: no identified share at any step
+            screened([0, 50, 100], [0, 0, 0], [0, 0.2, 0.2], [None, None, None])]
+    c = row_curves([r["circuits"] for r in runs])
+    assert c["step"] == [0, 50, 100]
+    assert c["induction"][1] == [0, 0.25, 0.5]  # medians of (0,0,0), (0.25,0.5,0), (0.5,1,0)
+    assert c["first"][1] == [0, 0, 0.2]
+    assert c["identified"][1] == [0, 0.75, 1]  # over the two runs that have a circuit
+    assert c["induction"][0][2] == 0.25 and c["induction"][2][2] == 0.75
+    assert all(math.isnan(v) for v in row_curves([runs[2]["circuits"]])["identified"][1])
+
+
+def test_the_figure_is_drawn_only_from_screened_runs(tmp_path):
+    row = {"architecture": "transformer", "runs": [
+        screened([0, 50, 100], [0, 0.25, 0.5], [0, 0, 0.1], [0, 0.5, 1]),
+        {"config": {"train": {"max_steps": 3000}}, "circuits": "not screened: x"}]}
+    assert circuits_figure(tmp_path / "c.png", [row])
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+    assert not circuits_figure(tmp_path / "d.png", [{**row, "runs": row["runs"][1:]}])
+    assert not (tmp_path / "d.png").exists()
