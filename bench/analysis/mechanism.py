@@ -35,7 +35,7 @@ from typing import Any
 from ..core import markdown
 from ..core.emergence import higher_is_better, on_plateau
 from ..core.rows import emergence_step
-from ..core.stats import finite_median
+from ..core.stats import finite_median, median_interval, spearman
 
 MIN_RISE = 0.02
 CURVES = (("val/influence_mass", "influence"), ("val/parent_mass", "attention"))
@@ -76,44 +76,6 @@ def even_mass(target: list[list[float]] | None) -> float:
         if parents:
             shares.append(parents / p)
     return sum(shares) / len(shares) if shares else math.nan
-
-
-def median_interval(values: list[float]) -> tuple[float, float, float]:
-    """(median, low, high): the order-statistic interval for the median with >= 95% coverage
-    (the whole range where the sample is too small for that)."""
-    from scipy.stats import binom
-
-    x = sorted(values)
-    n = len(x)
-    k = 0
-    while k + 1 <= n // 2 and binom.cdf(k, n, 0.5) <= 0.025:
-        k += 1
-    med = (x[(n - 1) // 2] + x[n // 2]) / 2
-    return med, x[max(k - 1, 0)], x[n - max(k, 1)]
-
-
-def spearman(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Spearman's rho and its two-sided exact permutation p-value (Monte Carlo past 9 seeds).
-
-    Permuting the pairing permutes a's ranks, so the null statistic is the correlation of
-    permuted ranks with b's ranks, computed for every permutation at once: the ranks' centred
-    values are multiples of 1/2, so equal pairings give bit-equal statistics and ties are exact."""
-    import numpy as np
-    from scipy.stats import permutation_test, rankdata, spearmanr
-
-    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
-        return math.nan, math.nan
-    ra, rb = rankdata(a), rankdata(b)
-    rb = rb - rb.mean()
-
-    def rho(x, axis=-1):
-        x = np.moveaxis(x, axis, -1)
-        x = x - x.mean(axis=-1, keepdims=True)
-        return x @ rb / np.sqrt((x * x).sum(axis=-1) * (rb @ rb))
-
-    res = permutation_test((ra,), rho, permutation_type="pairings", vectorized=True,
-                           n_resamples=9999 if len(a) > 9 else math.inf, random_state=0)
-    return float(spearmanr(a, b).statistic), float(res.pvalue)
 
 
 def _ends(curve: list[float]) -> tuple[float, float]:

@@ -12,6 +12,8 @@
   asymptotic chi-square only when every group has `ASYMPTOTIC_FROM` seeds or more. The same
   scores weighted by an ordered factor give the trend test for monotone claims.
 - Holm's step-down correction for claims that rest on several comparisons.
+- Distribution-free summaries of per-seed quantities (lags, ratios): the median with its
+  order-statistic interval, and Spearman's rho with its exact permutation p-value.
 """
 
 from __future__ import annotations
@@ -286,3 +288,36 @@ def finite_median(values: list[float | None]) -> float:
 
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return statistics.median(finite) if finite else math.nan
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """(median, low, high): the order-statistic interval for the median with >= 95% coverage
+    (the whole range where the sample is too small for that)."""
+    x = sorted(values)
+    n = len(x)
+    k = 0
+    while k + 1 <= n // 2 and stats.binom.cdf(k, n, 0.5) <= 0.025:
+        k += 1
+    med = (x[(n - 1) // 2] + x[n // 2]) / 2
+    return med, x[max(k - 1, 0)], x[n - max(k, 1)]
+
+
+def spearman(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Spearman's rho and its two-sided exact permutation p-value (Monte Carlo past 9 seeds).
+
+    Permuting the pairing permutes a's ranks, so the null statistic is the correlation of
+    permuted ranks with b's ranks, computed for every permutation at once: the ranks' centred
+    values are multiples of 1/2, so equal pairings give bit-equal statistics and ties are exact."""
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return math.nan, math.nan
+    ra, rb = stats.rankdata(a), stats.rankdata(b)
+    rb = rb - rb.mean()
+
+    def rho(x, axis=-1):
+        x = np.moveaxis(x, axis, -1)
+        x = x - x.mean(axis=-1, keepdims=True)
+        return x @ rb / np.sqrt((x * x).sum(axis=-1) * (rb @ rb))
+
+    res = stats.permutation_test((ra,), rho, permutation_type="pairings", vectorized=True,
+                                 n_resamples=9999 if len(a) > 9 else math.inf, random_state=0)
+    return float(stats.spearmanr(a, b).statistic), float(res.pvalue)

@@ -29,6 +29,10 @@ def test_the_leaderboard_section_reads_the_findings():
     assert (c["f3_both"], c["f3_magnitude"], c["f3_first"]) == (2, 1, 2)
     assert c["f3_median"] == 11.0  # ratios 20 and 2
     assert c["f4_runs"] == 2 and c["f4_median"] == 0.25  # step 50 is within 2% of 3000
+    # two thirds of the final circuit first at steps 100 and 200: too few runs for a 95%
+    # interval narrower than their range
+    assert (c["f4_two_thirds"], c["f4_two_thirds_low"], c["f4_two_thirds_high"]) == (150, 100, 200)
+    assert c["f4_two_thirds_share"] == 0.05
     assert (c["f5_heads"], c["f5_ahead"]) == (3, 2)
     # the test counts runs, not heads: run 1 (2 of 2 heads first) against run 2 (0 of 1)
     assert (c["f5_runs_more"], c["f5_runs_fewer"]) == (1, 1) and c["f5_p"] == 1.0

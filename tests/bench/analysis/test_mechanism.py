@@ -6,13 +6,7 @@ import math
 import pytest
 import yaml
 
-from bench.analysis.mechanism import (
-    even_mass,
-    median_interval,
-    rise_step,
-    row_mechanism,
-    spearman,
-)
+from bench.analysis.mechanism import even_mass, rise_step, row_mechanism
 from bench.api import sweep
 from bench.sweeps.results import read_results
 from tests.bench.conftest import TINY
@@ -40,32 +34,6 @@ def test_a_rise_from_zero_to_no_preference_is_no_rise():
            "attention_target": target, "curves": {**curves, "val/influence_mass": curves["m"]}}
     (m,) = row_mechanism({"runs": [run], "job_config": {"train": {"eval_every": 50}}})
     assert m["censored_risen"] == 0 and m["even"] == pytest.approx(7 / 12)
-
-
-def test_the_median_interval_has_at_least_95_percent_coverage():
-    assert median_interval([3, 1, 2]) == (2, 1, 3)  # too few: the range
-    med, low, high = median_interval(list(range(1, 21)))
-    assert med == 10.5 and (low, high) == (6, 15)  # P(Binom(20, .5) <= 5) = 0.021
-
-
-def test_spearman_exact_p():
-    rho, p = spearman([1, 2, 3, 4, 5], [10, 20, 30, 40, 50])
-    assert rho == pytest.approx(1.0) and p == pytest.approx(2 / 120)  # 2 of 5! orderings
-    assert all(math.isnan(x) for x in spearman([1, 2], [3, 4]))
-
-
-@pytest.mark.parametrize("n", [6, 11])  # exact, then Monte Carlo
-def test_spearman_p_is_scipys_permutation_test_with_ties(n):
-    """The vectorised null (permuted ranks) gives scipy's p-value for spearmanr itself, ties
-    included: an off-by-one tie comparison would move the exact p by a multiple of 1/n!."""
-    from scipy.stats import permutation_test, spearmanr
-
-    a = [1, 2, 2, 3, 5, 5, 8, 9, 9, 10, 12][:n]
-    b = [0.3, 0.1, 0.9, 0.9, 0.4, 0.7, 0.8, 0.2, 0.6, 0.6, 1.0][:n]
-    expected = permutation_test((a,), lambda x: spearmanr(x, b).statistic,
-                                permutation_type="pairings", random_state=0,
-                                n_resamples=9999 if n > 9 else math.inf).pvalue
-    assert spearman(a, b) == (spearmanr(a, b).statistic, expected)
 
 
 def test_lags_per_row():

@@ -1,5 +1,5 @@
 """Survival statistics at small n: R's quantile convention, undefined interval ends, exact
-permutation log-rank and trend tests, Holm."""
+permutation log-rank and trend tests, Holm, the median interval and Spearman."""
 
 import itertools
 import math
@@ -13,7 +13,9 @@ from bench.core.stats import (
     logrank_p,
     logrank_scores,
     logrank_test,
+    median_interval,
     solve_rate_p,
+    spearman,
     trend_test,
 )
 
@@ -120,3 +122,29 @@ def test_the_confidence_band_brackets_the_curve():
     assert (km.emerged_low[ok] <= km.emerged[ok] + 1e-12).all()
     assert (km.emerged[ok] <= km.emerged_high[ok] + 1e-12).all()
     assert km.emerged_high[-1] > km.emerged[-1] > km.emerged_low[-1]
+
+
+def test_the_median_interval_has_at_least_95_percent_coverage():
+    assert median_interval([3, 1, 2]) == (2, 1, 3)  # too few: the range
+    med, low, high = median_interval(list(range(1, 21)))
+    assert med == 10.5 and (low, high) == (6, 15)  # P(Binom(20, .5) <= 5) = 0.021
+
+
+def test_spearman_exact_p():
+    rho, p = spearman([1, 2, 3, 4, 5], [10, 20, 30, 40, 50])
+    assert rho == pytest.approx(1.0) and p == pytest.approx(2 / 120)  # 2 of 5! orderings
+    assert all(math.isnan(x) for x in spearman([1, 2], [3, 4]))
+
+
+@pytest.mark.parametrize("n", [6, 11])  # exact, then Monte Carlo
+def test_spearman_p_is_scipys_permutation_test_with_ties(n):
+    """The vectorised null (permuted ranks) gives scipy's p-value for spearmanr itself, ties
+    included: an off-by-one tie comparison would move the exact p by a multiple of 1/n!."""
+    from scipy.stats import permutation_test, spearmanr
+
+    a = [1, 2, 2, 3, 5, 5, 8, 9, 9, 10, 12][:n]
+    b = [0.3, 0.1, 0.9, 0.9, 0.4, 0.7, 0.8, 0.2, 0.6, 0.6, 1.0][:n]
+    expected = permutation_test((a,), lambda x: spearmanr(x, b).statistic,
+                                permutation_type="pairings", random_state=0,
+                                n_resamples=9999 if n > 9 else math.inf).pvalue
+    assert spearman(a, b) == (spearmanr(a, b).statistic, expected)
