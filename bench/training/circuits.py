@@ -301,12 +301,7 @@ def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
                    / sum(len(layer) for layer in s["classes"]) for s in steps] for c in CLASSES}
     formation = {c: next((s for s, f in zip(at, overall[c]) if f > 0), None) for c in CLASSES}
     induction_step = formation["induction"]
-    sink = overall["first"]
-    sink_half = next((s for s, f in zip(at, sink) if f >= sink[-1] / 2), None) \
-        if sink[-1] > 0 else None
-    jumps = [b - a for a, b in zip(sink, sink[1:])]
-    shape = "none" if sink[-1] == 0 else (
-        "jump" if max(jumps, default=0) >= sink[-1] / 2 else "gradual")
+    sink_half, shape = half_and_shape(at, overall["first"])
     final = {(i, h) for i, layer in enumerate(steps[-1]["classes"])
              for h, c in enumerate(layer) if c == "induction"}
     identified = [len(final & {(i, h) for i, layer in enumerate(s["classes"])
@@ -332,6 +327,35 @@ def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
             "induction_heads": heads, "sinks_in_layers_0_1_at": sinks_in_early_layers,
             "max_steps": result["config"]["train"]["max_steps"],
             "steps_to_emergence": result.get("steps_to_emergence")}
+
+
+def half_and_shape(at: list[int], fraction: list[float]) -> tuple[int | None, str]:
+    """A class's fraction over checkpoints `at` -> (the first step where it reaches half its
+    final value, its shape): `jump` (one interval adds half the final fraction), `gradual`, or
+    `none` (none at the end; no half step)."""
+    if not fraction or fraction[-1] == 0:
+        return None, "none"
+    half = next(s for s, f in zip(at, fraction) if f >= fraction[-1] / 2)
+    jumps = [b - a for a, b in zip(fraction, fraction[1:])]
+    return half, "jump" if max(jumps, default=0) >= fraction[-1] / 2 else "gradual"
+
+
+def sink_course(steps: list[dict[str, Any]], threshold: float = THRESHOLDS["first"]
+                ) -> dict[str, Any]:
+    """First-token (sink) heads counted whatever other class they reach (multi-label): a head
+    is a sink at a checkpoint when its first-token ratio is >= `threshold`, even if it exceeds
+    another class by more (an induction head that parks on the first token where no copy
+    matches). From the per-checkpoint `ratios` of a screen: the fraction of all heads per
+    checkpoint, its half step and shape, and the steps with such a head in layer 0 or 1."""
+    k = CLASSES.index("first")
+    at = [s["step"] for s in steps]
+    fraction = [sum(h[k] >= threshold for layer in s["ratios"] for h in layer)
+                / sum(len(layer) for layer in s["ratios"]) for s in steps]
+    half, shape = half_and_shape(at, fraction)
+    early = [s["step"] for s in steps
+             if any(h[k] >= threshold for layer in s["ratios"][:2] for h in layer)]
+    return {"fraction": fraction, "half_step": half, "shape": shape,
+            "in_layers_0_1_at": early}
 
 
 def _f(x: float | None, digits: int = 2) -> str:

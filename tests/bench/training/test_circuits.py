@@ -84,6 +84,28 @@ def test_thresholds_are_checked():
             parse_thresholds([bad])
 
 
+def test_sinks_counted_whatever_else_a_head_is():
+    from bench.training.circuits import half_and_shape, sink_course
+
+    def head(induction=1.0, first=1.0):  # ratios in CLASSES order
+        return [induction, 1.0, 1.0, first, 1.0, 1.0]
+
+    # 3 layers of 2 heads; layer 2 head 0 is an induction head that also parks on the first
+    # token from step 400 (the single-class rule calls it induction); layer 0 head 1 nears the
+    # threshold but never reaches it
+    steps = [{"step": s, "ratios": [[head(), head(first=29.9)], [head(), head()],
+                                    [head(induction=200, first=f), head(first=g)]]}
+             for s, f, g in ((0, 1, 1), (200, 5, 1), (400, 40, 1), (800, 65, 31))]
+    assert classify(torch.tensor(steps[-1]["ratios"]), THRESHOLDS)[2] == ["induction", "first"]
+    c = sink_course(steps)
+    assert c["fraction"] == [0, 0, 1 / 6, 2 / 6]
+    assert (c["half_step"], c["shape"], c["in_layers_0_1_at"]) == (400, "jump", [])
+    early = [{**s, "ratios": [[head(first=30), head()], *s["ratios"][1:]]} for s in steps]
+    assert sink_course(early)["in_layers_0_1_at"] == [0, 200, 400, 800]
+    assert half_and_shape([0, 1, 2, 3], [0, 0.1, 0.2, 0.3]) == (2, "gradual")
+    assert half_and_shape([0, 1], [0.2, 0]) == (None, "none")
+
+
 @pytest.fixture(scope="module")
 def induction_run(tmp_path_factory):
     from bench.training.config import load_run_config
