@@ -166,8 +166,8 @@ def row_curves(runs: list[dict[str, Any]]) -> dict[str, Any]:
     has no identified share)."""
     import numpy as np
 
-    common = sorted(set.intersection(*({s["step"] for s in c["steps"]} for c in runs)))
-    out: dict[str, Any] = {"step": common}
+    common = set.intersection(*({s["step"] for s in c["steps"]} for c in runs))
+    out: dict[str, Any] = {"step": sorted(common)}
     for name, values in CURVES.items():
         per_run = [[v for s, v in zip(c["steps"], values(c)) if s["step"] in common]
                    for c in runs]
@@ -198,8 +198,8 @@ def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
             low, mid, high = curves[name]
             ax.plot(x, mid, marker=".", color=f"C{k}", label=row["architecture"])
             ax.fill_between(x, low, high, color=f"C{k}", alpha=0.15)
-            ax.set_title(titles[name], fontsize=9)
-    for ax in axes:
+    for ax, title in zip(axes, titles.values()):
+        ax.set_title(title, fontsize=9)
         ax.set_xscale("log")
         ax.set_xlabel("step (checkpoint; 0 drawn at 1)")
         ax.set_ylim(-0.02, 1.02)
