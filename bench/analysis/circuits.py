@@ -26,6 +26,11 @@ The sign tests' p-values are Holm-adjusted across the rows of the section (one f
 finding); a verdict reads the adjusted p at the seed count the spec fixed.
 - Group ablation at the last checkpoint: median loss change with the induction heads' attention
   zeroed against as many other heads, and the runs where the induction heads cost more.
+
+The screen assigns each head one class (the one it exceeds by the largest factor), so an
+induction head that also parks on the first token is not counted as a sink. Where the runs kept
+their selectivity ratios (result.json's circuits steps), a second table counts sinks whatever
+else a head is (`sink_course`: first-token ratio >= 30x) and gives F1-F3 on that count.
 """
 
 from __future__ import annotations
@@ -46,6 +51,43 @@ def _screened(row: dict[str, Any]) -> list[dict[str, Any]]:
             for r in row["runs"] if isinstance(r.get("circuits"), dict)]
 
 
+def _f3(pairs: list[tuple[int | None, int | None]]) -> dict[str, Any]:
+    """F3 from (induction formation step, sink half step) per run: the ratio's median with an
+    order-statistic interval over the runs where both formed, the runs at >= `MAGNITUDE`, and
+    the exact one-sided sign test of "induction first"."""
+    from scipy.stats import binomtest
+
+    ratios = [math.inf if ind == 0 else half / ind for ind, half in pairs
+              if ind is not None and half is not None]
+    finite = [r for r in ratios if math.isfinite(r)]
+    med, low, high = median_interval(finite) if finite else (math.nan,) * 3
+    first = sum(r > 1 for r in ratios)
+    return {"f3_both": len(ratios), "f3_median": med, "f3_low": low, "f3_high": high,
+            "f3_magnitude": sum(r >= MAGNITUDE for r in ratios), "f3_first": first,
+            "f3_p": binomtest(first, len(ratios), 0.5, alternative="greater").pvalue
+            if ratios else math.nan}
+
+
+def row_sinks_any_class(row: dict[str, Any]) -> dict[str, Any] | None:
+    """F1-F3 with sinks counted whatever else a head is (`sink_course`: first-token ratio >=
+    30x), over the row's screened runs that kept their ratios (None when none did). The
+    single-class rule assigns an induction head that also parks on the first token to
+    induction, so under it sinks can be missed altogether."""
+    from ..training.circuits import sink_course
+
+    runs = [c for c in _screened(row) if all("ratios" in s for s in c["steps"])]
+    if not runs:
+        return None
+    courses = [sink_course(c["steps"]) for c in runs]
+    return {"runs": len(runs), "with_sinks": sum(k["shape"] != "none" for k in courses),
+            "f1_runs_with_early_sinks": sum(bool(k["in_layers_0_1_at"]) for k in courses),
+            "f2_shapes": {s: sum(k["shape"] == s for k in courses)
+                          for s in ("jump", "gradual", "none")},
+            "sink_layers": sorted({i for k in courses for i in k["layers_at_end"]}),
+            **_f3([(c["induction_formation_step"], k["half_step"])
+                   for c, k in zip(runs, courses)])}
+
+
 def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
     """The findings' numbers over the row's screened runs (None when none was screened)."""
     from scipy.stats import binomtest
@@ -53,14 +95,6 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
     runs = _screened(row)
     if not runs:
         return None
-    ratios = []
-    for c in runs:
-        ind, half = c["induction_formation_step"], c["sink_half_step"]
-        if ind is not None and half is not None:
-            ratios.append(math.inf if ind == 0 else half / ind)
-    finite = [r for r in ratios if math.isfinite(r)]
-    med, low, high = median_interval(finite) if finite else (math.nan,) * 3
-    first = sum(r > 1 for r in ratios)
     early = []
     for c in runs:
         steps = [s["step"] for s in c["steps"]]
@@ -84,11 +118,7 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
         "f1_runs_with_early_sinks": sum(bool(c["sinks_in_layers_0_1_at"]) for c in runs),
         "f2_shapes": {s: sum(c["sink_shape"] == s for c in runs)
                       for s in ("jump", "gradual", "none")},
-        "f3_both": len(ratios), "f3_median": med, "f3_low": low, "f3_high": high,
-        "f3_magnitude": sum(r >= MAGNITUDE for r in ratios),
-        "f3_first": first,
-        "f3_p": binomtest(first, len(ratios), 0.5, alternative="greater").pvalue
-        if ratios else math.nan,
+        **_f3([(c["induction_formation_step"], c["sink_half_step"]) for c in runs]),
         "f4_runs": len(early), "f4_median": finite_median(early),
         "f4_two_thirds": tt_med, "f4_two_thirds_low": tt_low, "f4_two_thirds_high": tt_high,
         "f4_two_thirds_share": tt_med / budget,
@@ -106,34 +136,43 @@ def _n(x: float, digits: int = 2) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
+def _f3_cells(c: dict[str, Any]) -> list[str]:
+    return [f"{_n(c['f3_median'], 1)} [{_n(c['f3_low'], 1)}, {_n(c['f3_high'], 1)}]",
+            f"{c['f3_magnitude']}/{c['f3_both']}", f"{c['f3_first']}/{c['f3_both']}",
+            f"{_n(c['f3_p'], 3)} ({_n(c.get('f3_p_holm', math.nan), 3)})"]
+
+
+F3_COLUMNS = ["F3 ratio", f"F3 >= {MAGNITUDE}x", "F3 induction first", "F3 p (Holm)"]
+
+
+def _holm_rows(found: list[dict[str, Any]], key: str) -> None:
+    """Adds `key`_holm to each row's numbers: Holm across the rows that have a test."""
+    tested = [c for c in found if math.isfinite(c[key])]
+    for c, adjusted in zip(tested, holm([c[key] for c in tested])):
+        c[f"{key}_holm"] = adjusted
+
+
 def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The section, or nothing when no run was screened."""
     found = [(row, c) for row in rows if (c := row_circuits(row)) is not None]
-    for key in ("f3_p", "f5_p"):  # Holm across the rows, over the rows that have a test
-        tested = [c for _, c in found if math.isfinite(c[key])]
-        for c, adjusted in zip(tested, holm([c[key] for c in tested])):
-            c[f"{key}_holm"] = adjusted
-    table = []
-    for row, c in found:
-        shapes = ", ".join(f"{k} {v}" for k, v in c["f2_shapes"].items() if v)
-        table.append([
-            row["task"], f"`{row['architecture']}`", c["runs"], c["induction_runs"],
-            f"{c['f1_runs_with_early_sinks']}/{c['runs']}", shapes,
-            f"{_n(c['f3_median'], 1)} [{_n(c['f3_low'], 1)}, {_n(c['f3_high'], 1)}]",
-            f"{c['f3_magnitude']}/{c['f3_both']}", f"{c['f3_first']}/{c['f3_both']}",
-            f"{_n(c['f3_p'], 3)} ({_n(c.get('f3_p_holm', math.nan), 3)})",
-            f"{_n(c['f4_median'])} ({c['f4_runs']})",
-            f"{_n(c['f4_two_thirds'], 0)} [{_n(c['f4_two_thirds_low'], 0)}, "
-            f"{_n(c['f4_two_thirds_high'], 0)}] ({_n(100 * c['f4_two_thirds_share'], 1)}%)",
-            f"{c['f5_ahead']}/{c['f5_heads']}", f"{c['f5_runs_more']} vs {c['f5_runs_fewer']}",
-            f"{_n(c['f5_p'], 3)} ({_n(c.get('f5_p_holm', math.nan), 3)})",
-            f"{_n(c['dloss_induction'], 3)} vs {_n(c['dloss_control'], 3)} "
-            f"({c['ablation_wins']}/{c['ablation_runs']})"])
-    if not table:
+    if not found:
         return []
+    for key in ("f3_p", "f5_p"):
+        _holm_rows([c for _, c in found], key)
+    table = [[row["task"], f"`{row['architecture']}`", c["runs"], c["induction_runs"],
+              f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *_f3_cells(c),
+              f"{_n(c['f4_median'])} ({c['f4_runs']})",
+              f"{_n(c['f4_two_thirds'], 0)} [{_n(c['f4_two_thirds_low'], 0)}, "
+              f"{_n(c['f4_two_thirds_high'], 0)}] ({_n(100 * c['f4_two_thirds_share'], 1)}%)",
+              f"{c['f5_ahead']}/{c['f5_heads']}", f"{c['f5_runs_more']} vs {c['f5_runs_fewer']}",
+              f"{_n(c['f5_p'], 3)} ({_n(c.get('f5_p_holm', math.nan), 3)})",
+              f"{_n(c['dloss_induction'], 3)} vs {_n(c['dloss_control'], 3)} "
+              f"({c['ablation_wins']}/{c['ablation_runs']})"]
+             for row, c in found]
     return ["## Circuits: the head screen over checkpoints", "",
             "Every screened run (`bench circuits`: 2,000 induction sequences per checkpoint; "
-            "thresholds induction 50x, first token 30x, as in the paper). F1: runs with a sink "
+            "thresholds induction 50x, first token 30x, as in the paper; each head is assigned "
+            "the one class it exceeds by the largest factor). F1: runs with a sink "
             "(first-token) head in layer 0 or 1 at any checkpoint. F2: shape of the sink "
             "fraction over training. F3: sink half step / induction formation step, median "
             f"[order-statistic interval]; runs at >= {MAGNITUDE}x; runs where induction came "
@@ -147,11 +186,35 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
             "change zeroing the induction heads vs as many other heads (runs where the "
             "induction heads cost more).", "",
             *markdown.table(["task", "architecture", "screened", "with induction heads",
-                             "F1 early sinks", "F2 shape", "F3 ratio", f"F3 >= {MAGNITUDE}x",
-                             "F3 induction first", "F3 p (Holm)", "F4 early share",
+                             "F1 early sinks", "F2 shape", *F3_COLUMNS, "F4 early share",
                              "F4 two thirds at step",
                              "F5 PR first (heads)", "F5 runs", "F5 p (Holm)", "ablation dloss"],
-                            table)]
+                            table), *_any_class_markdown(rows)]
+
+
+def _shapes(c: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in c["f2_shapes"].items() if v)
+
+
+def _any_class_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The multi-label sink table, for rows whose runs kept their ratios."""
+    found = [(row, c) for row in rows if (c := row_sinks_any_class(row)) is not None]
+    if not found:
+        return []
+    _holm_rows([c for _, c in found], "f3_p")
+    table = [[row["task"], f"`{row['architecture']}`", c["runs"],
+              f"{c['with_sinks']}/{c['runs']}",
+              ", ".join(map(str, c["sink_layers"])) or "-",
+              f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *_f3_cells(c)]
+             for row, c in found]
+    return ["", "Sinks counted whatever else a head is: a head is a sink at a checkpoint when its "
+            "first-token ratio reaches 30x, even where it exceeds another class's threshold by "
+            "more (the table above assigns one class, so an induction head that also parks on "
+            "the first token counts as induction only). Screened runs that kept their ratios; "
+            "runs with a sink at the last checkpoint and the layers holding them; then F1-F3 as "
+            "above on this count (F3 p Holm across these rows).", "",
+            *markdown.table(["task", "architecture", "screened", "with sinks", "sink layers",
+                             "F1 early sinks", "F2 shape", *F3_COLUMNS], table)]
 
 
 CURVES = {"induction": lambda c: c["overall"]["induction"],

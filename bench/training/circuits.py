@@ -346,7 +346,8 @@ def sink_course(steps: list[dict[str, Any]], threshold: float = THRESHOLDS["firs
     is a sink at a checkpoint when its first-token ratio is >= `threshold`, even if it exceeds
     another class by more (an induction head that parks on the first token where no copy
     matches). From the per-checkpoint `ratios` of a screen: the fraction of all heads per
-    checkpoint, its half step and shape, and the steps with such a head in layer 0 or 1."""
+    checkpoint, its half step and shape, the steps with such a head in layer 0 or 1, and the
+    layers with one at the last checkpoint."""
     k = CLASSES.index("first")
     at = [s["step"] for s in steps]
     fraction = [sum(h[k] >= threshold for layer in s["ratios"] for h in layer)
@@ -354,8 +355,10 @@ def sink_course(steps: list[dict[str, Any]], threshold: float = THRESHOLDS["firs
     half, shape = half_and_shape(at, fraction)
     early = [s["step"] for s in steps
              if any(h[k] >= threshold for layer in s["ratios"][:2] for h in layer)]
+    at_end = [i for i, layer in enumerate(steps[-1]["ratios"])
+              if any(h[k] >= threshold for h in layer)]
     return {"fraction": fraction, "half_step": half, "shape": shape,
-            "in_layers_0_1_at": early}
+            "in_layers_0_1_at": early, "layers_at_end": at_end}
 
 
 def _f(x: float | None, digits: int = 2) -> str:

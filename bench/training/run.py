@@ -314,14 +314,18 @@ def patch_summary(run_dir: Path) -> dict[str, Any] | str:
 
 def circuits_summary(run_dir: Path) -> dict[str, Any] | str:
     """`bench circuits` on the finished run with the default thresholds, as kept in
-    result.json (or why it could not run)."""
+    result.json (or why it could not run). Each checkpoint keeps its heads' selectivity ratios
+    (4 significant digits), so a view other than the assigned classes (`sink_course`) can be
+    read from the results database after the run directory is gone."""
     from .circuits import SUMMARY_KEYS, screen_run
 
     try:
         report = screen_run(run_dir)
     except ConfigError as e:
         return f"not screened: {e}"
-    steps = [{"step": s["step"], "classes": s["classes"], "loss": s["loss"]}
+    steps = [{"step": s["step"], "classes": s["classes"], "loss": s["loss"],
+              "ratios": [[[float(f"{r:.4g}") for r in head] for head in layer]
+                         for layer in s["ratios"]]}
              for s in report["steps"]]
     return {"steps": steps, **{k: report[k] for k in SUMMARY_KEYS}}
 

@@ -75,3 +75,41 @@ def test_the_figure_is_drawn_only_from_screened_runs(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 10_000
     assert not circuits_figure(tmp_path / "d.png", [{**row, "runs": row["runs"][1:]}])
     assert not (tmp_path / "d.png").exists()
+
+
+def test_sinks_of_any_class_are_read_from_the_kept_ratios():
+    from bench.analysis.circuits import row_sinks_any_class
+
+    def head(induction=1.0, first=1.0):  # ratios in the screen's class order
+        return [induction, 1.0, 1.0, first, 1.0, 1.0]
+
+    def run(first_by_step, early=1.0):
+        # 3 layers of one head; layer 2 is an induction head from step 200 whose first-token
+        # ratio follows `first_by_step`; layer 0's first-token ratio is `early` throughout. The
+        # single-class summary sees no sink at all.
+        steps = [{"step": s, "ratios": [[head(first=early)], [head()],
+                                        [head(induction=100 if s else 1, first=f)]]}
+                 for s, f in zip((0, 200, 400, 800), first_by_step)]
+        return {"config": {"train": {"max_steps": 800}}, "circuits": {
+            "steps": steps, "induction_formation_step": 200, "sink_half_step": None,
+            "sink_shape": "none", "sinks_in_layers_0_1_at": [],
+            "early_identification": [0, 1, 1, 1], "induction_heads": [], "ablation": {}}}
+
+    old = run([1, 1, 1, 1])
+    old["circuits"]["steps"] = [{"step": s["step"]} for s in old["circuits"]["steps"]]
+    row = {"task": "induction()", "architecture": "transformer", "runs": [
+        run([1, 1, 40, 60]),  # sinks reach half their final fraction at 400: 2x induction's 200
+        run([1, 1, 1, 35], early=31),  # layer 0 holds a sink from step 0: ratio 0
+        run([1, 1, 1, 1]),
+        old]}  # summarised before the ratios were kept: left out
+    c = row_sinks_any_class(row)
+    assert (c["runs"], c["with_sinks"], c["sink_layers"]) == (3, 2, [0, 2])
+    assert c["f1_runs_with_early_sinks"] == 1
+    assert c["f2_shapes"] == {"jump": 2, "gradual": 0, "none": 1}
+    assert (c["f3_both"], c["f3_first"], c["f3_magnitude"], c["f3_median"]) == (2, 1, 0, 1.0)
+    assert row_circuits(row)["f2_shapes"]["none"] == 4  # what the single-class rule reports
+    text = "\n".join(circuits_markdown([row]))
+    assert "Sinks counted whatever else a head is" in text
+    assert "| induction() | `transformer` | 3 | 2/3 | 0, 2 | 1/3 | jump 2, none 1 |" in text
+    assert row_sinks_any_class({**row, "runs": [old]}) is None
+    assert "Sinks counted" not in "\n".join(circuits_markdown([{**row, "runs": [old]}]))

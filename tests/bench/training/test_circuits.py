@@ -124,7 +124,7 @@ def induction_run(tmp_path_factory):
 
 
 def test_a_run_with_train_circuits_keeps_the_summary(induction_run):
-    from bench.training.circuits import SUMMARY_KEYS
+    from bench.training.circuits import SUMMARY_KEYS, sink_course
 
     result = json.loads((induction_run / "result.json").read_text())
     summary = result["circuits"]
@@ -133,6 +133,12 @@ def test_a_run_with_train_circuits_keeps_the_summary(induction_run):
                   for p in (induction_run / "checkpoints").glob("step=*.ckpt"))
     assert [s["step"] for s in summary["steps"]] == kept and len(kept) >= 3
     assert (induction_run / "circuits" / "circuits.md").is_file()
+    # the ratios are kept (rounded), so the multi-label sink view reads the same from result.json
+    full = json.loads((induction_run / "circuits" / "circuits.json").read_text())["steps"]
+    for kept_step, step in zip(summary["steps"], full):
+        assert torch.allclose(torch.tensor(kept_step["ratios"]), torch.tensor(step["ratios"]),
+                              rtol=1e-3)
+    assert sink_course(summary["steps"]) == sink_course(full)
 
 
 def test_train_circuits_needs_checkpoints_and_notes_other_tasks(tmp_path):
