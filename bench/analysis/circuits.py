@@ -39,6 +39,7 @@ import math
 from typing import Any
 
 from ..core import markdown
+from ..core.heads import sink_course
 from ..core.stats import finite_median, holm, median_interval
 
 EARLY = 0.02  # F4: "identified at 0.3-2% of training"
@@ -73,8 +74,6 @@ def row_sinks_any_class(row: dict[str, Any]) -> dict[str, Any] | None:
     30x), over the row's screened runs that kept their ratios (None when none did). The
     single-class rule assigns an induction head that also parks on the first token to
     induction, so under it sinks can be missed altogether."""
-    from ..training.circuits import sink_course
-
     runs = [c for c in _screened(row) if all("ratios" in s for s in c["steps"])]
     if not runs:
         return None
