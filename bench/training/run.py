@@ -46,8 +46,9 @@ PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf"
 
 
 def versions() -> dict[str, str]:
-    """What produced a result: library versions, and the CPU and torch thread count (a run's
-    floating-point path, and so its per-seed steps, can change with either)."""
+    """What produced a result: library versions, and the CPU, the instruction set torch's CPU
+    kernels dispatch to and the torch thread count (a run's floating-point path, and so its
+    per-seed steps, can change with any of them; a VM's CPU name alone may not tell)."""
     import torch
 
     found = {"python": platform.python_version()}
@@ -57,6 +58,7 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
     found["cpu"] = cpu_model()
+    found["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     found["torch_threads"] = str(torch.get_num_threads())
     return found
 
