@@ -216,8 +216,17 @@ def _any_class_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              "F1 early sinks", "F2 shape", *F3_COLUMNS], table)]
 
 
+def _sinks_any_class(c: dict[str, Any]) -> list[float | None]:
+    """The multi-label sink fraction per checkpoint; None throughout for a run that kept no
+    ratios."""
+    if all("ratios" in s for s in c["steps"]):
+        return sink_course(c["steps"])["fraction"]
+    return [None] * len(c["steps"])
+
+
 CURVES = {"induction": lambda c: c["overall"]["induction"],
           "first": lambda c: c["overall"]["first"],
+          "first_any": _sinks_any_class,
           "identified": lambda c: c["early_identification"]}
 
 
@@ -225,7 +234,7 @@ def row_curves(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Over a row's screened runs, at the checkpoints every run kept (the log-spaced ones; a
     run's extra bracketing checkpoints are left out): per curve of `CURVES` the 25th, 50th and
     75th percentile over runs (NaN where no run has a value: a run without an induction circuit
-    has no identified share)."""
+    has no identified share, a run that kept no ratios no multi-label sink fraction)."""
     import numpy as np
 
     common = set.intersection(*({s["step"] for s in c["steps"]} for c in runs))
@@ -241,7 +250,8 @@ def row_curves(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     """Per row, the median over its screened runs (and the interquartile band) of the
-    induction-head fraction, the sink-head fraction and the share of the final induction circuit
+    induction-head fraction, the sink-head fraction (single class, solid; whatever else a head
+    is, dashed, where the runs kept their ratios) and the share of the final induction circuit
     identified, against the checkpoint step; False when no run was screened."""
     from ..training.reports import pyplot
     from .plots import _save
@@ -251,15 +261,25 @@ def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
         return False
     plt = pyplot()
     titles = {"induction": "induction heads (fraction of all heads)",
-              "first": "sink (first-token) heads (fraction)",
+              "first": "sink (first-token) heads (fraction of all heads)",
               "identified": "final induction circuit identified (share)"}
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    any_class = False
     for k, (row, curves) in enumerate(shown):
         x = [max(s, 1) for s in curves["step"]]
         for ax, name in zip(axes, titles):
             low, mid, high = curves[name]
             ax.plot(x, mid, marker=".", color=f"C{k}", label=row["architecture"])
             ax.fill_between(x, low, high, color=f"C{k}", alpha=0.15)
+        low, mid, high = curves["first_any"]
+        if any(math.isfinite(v) for v in mid):
+            axes[1].plot(x, mid, linestyle="--", color=f"C{k}")
+            axes[1].fill_between(x, low, high, color=f"C{k}", alpha=0.08)
+            any_class = True
+    if any_class:
+        dashed = axes[1].plot([], [], linestyle="--", color="grey",
+                              label="dashed: sinks whatever else a head is")
+        axes[1].legend(handles=dashed, fontsize=7)
     for ax, title in zip(axes, titles.values()):
         ax.set_title(title, fontsize=9)
         ax.set_xscale("log")

@@ -93,6 +93,7 @@ def test_sinks_of_any_class_are_read_from_the_kept_ratios():
         return {"config": {"train": {"max_steps": 800}}, "circuits": {
             "steps": steps, "induction_formation_step": 200, "sink_half_step": None,
             "sink_shape": "none", "sinks_in_layers_0_1_at": [],
+            "overall": {"induction": [0, 1 / 3, 1 / 3, 1 / 3], "first": [0, 0, 0, 0]},
             "early_identification": [0, 1, 1, 1], "induction_heads": [], "ablation": {}}}
 
     old = run([1, 1, 1, 1])
@@ -112,4 +113,9 @@ def test_sinks_of_any_class_are_read_from_the_kept_ratios():
     assert "Sinks counted whatever else a head is" in text
     assert "| induction() | `transformer` | 3 | 2/3 | 0, 2 | 1/3 | jump 2, none 1 |" in text
     assert row_sinks_any_class({**row, "runs": [old]}) is None
+    # the figure's dashed curve: the median multi-label fraction, the run without ratios left out
+    curves = row_curves([r["circuits"] for r in row["runs"]])
+    assert curves["first_any"][1] == [0, 0, 1 / 3, 1 / 3]
+    assert curves["first"][1] == [0, 0, 0, 0]
+    assert all(math.isnan(v) for v in row_curves([old["circuits"]])["first_any"][1])
     assert "Sinks counted" not in "\n".join(circuits_markdown([{**row, "runs": [old]}]))

@@ -1,6 +1,7 @@
 """The committed leaderboards re-render byte-identically from their results databases: job ids
 and rows hash configs, not module paths, so refactoring the code never orphans a result."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,15 +29,18 @@ def test_committed_leaderboard_renders_identically(name, cli, tmp_path):
             (ROOT / "leaderboards" / name / table).read_text(), f"{name}/{table} changed"
 
 
-def test_rendering_a_committed_leaderboard_loads_no_torch(tmp_path):
-    """Every committed database records its ground-truth patterns and architecture defaults, so
-    the tables and figures come from the database alone."""
-    db = ROOT / "leaderboards" / "quickstart" / "results.sqlite"
-    shutil.copy(db, tmp_path / "results.sqlite")
+@pytest.mark.parametrize("name", [n for n in ("quickstart", "circuits") if n in COMMITTED])
+def test_rendering_a_committed_leaderboard_loads_no_torch(name, tmp_path):
+    """Every committed database records its ground-truth patterns, architecture defaults and head
+    screens, so the tables and every figure the board shows come from the database alone."""
+    shutil.copy(ROOT / "leaderboards" / name / "results.sqlite", tmp_path / "results.sqlite")
     audit = ("import sys; from bench.cli import main\n"
              f"sys.argv = ['bench', 'leaderboard', {str(tmp_path)!r}]\n"
              "try: main()\nexcept SystemExit: pass\n"
              "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", audit], capture_output=True, text=True, check=True)
-    assert (tmp_path / "attention.png").exists()
+    figures = re.findall(r"^!\[[^]]*\]\(([\w.]+\.png)\)$",
+                         (ROOT / "leaderboards" / name / "leaderboard.md").read_text(), re.M)
+    assert "attention.png" in figures
+    assert [f for f in figures if not (tmp_path / f).exists()] == []
     assert done.stdout.strip().splitlines()[-1] == "[]"
