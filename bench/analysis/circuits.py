@@ -30,7 +30,9 @@ finding); a verdict reads the adjusted p at the seed count the spec fixed.
 The screen assigns each head one class (the one it exceeds by the largest factor), so an
 induction head that also parks on the first token is not counted as a sink. Where the runs kept
 their selectivity ratios (result.json's circuits steps), a second table counts sinks whatever
-else a head is (`sink_course`: first-token ratio >= 30x) and gives F1-F3 on that count.
+else a head is (`sink_course`: first-token ratio at or above the run's own first-token
+threshold, 30x by default) and gives F1-F3 on that count. The prose states the screen batch and
+thresholds the runs were screened with, read from their summaries.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import math
 from typing import Any
 
 from ..core import markdown
-from ..core.heads import sink_course
+from ..core.heads import THRESHOLDS, sink_course
 from ..core.stats import finite_median, holm, median_interval
 
 EARLY = 0.02  # F4: "identified at 0.3-2% of training"
@@ -50,6 +52,28 @@ TWO_THIRDS = 2 / 3  # F4: "most of the final induction circuit (67%)"
 def _screened(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [r["circuits"] | {"max_steps": r["config"]["train"]["max_steps"]}
             for r in row["runs"] if isinstance(r.get("circuits"), dict)]
+
+
+def _first(c: dict[str, Any]) -> float:
+    """The first-token threshold a run was screened with."""
+    return c.get("thresholds", THRESHOLDS)["first"]
+
+
+def _screen_setup(rows: list[dict[str, Any]]) -> str:
+    """The screen batch and the induction and first-token thresholds of the rows' screened runs,
+    as prose (each distinct setting, where runs differ)."""
+    seen = []
+    for c in (c for row in rows for c in _screened(row)):
+        t = c.get("thresholds", THRESHOLDS)
+        n = c.get("sequences")
+        text = (f"{f'{n:,}' if n else 'an unrecorded number of'} induction sequences per "
+                f"checkpoint; thresholds "
+                f"induction {t['induction']:g}x, first token {t['first']:g}x"
+                + (", as in the paper" if (t["induction"], t["first"]) ==
+                   (THRESHOLDS["induction"], THRESHOLDS["first"]) else ""))
+        if text not in seen:
+            seen.append(text)
+    return " | ".join(seen) if len(seen) == 1 else "runs differ: " + " | ".join(seen)
 
 
 def _f3(pairs: list[tuple[int | None, int | None]]) -> dict[str, Any]:
@@ -71,13 +95,14 @@ def _f3(pairs: list[tuple[int | None, int | None]]) -> dict[str, Any]:
 
 def row_sinks_any_class(row: dict[str, Any]) -> dict[str, Any] | None:
     """F1-F3 with sinks counted whatever else a head is (`sink_course`: first-token ratio >=
-    30x), over the row's screened runs that kept their ratios (None when none did). The
+    the run's first-token threshold), over the row's screened runs that kept their ratios (None
+    when none did). The
     single-class rule assigns an induction head that also parks on the first token to
     induction, so under it sinks can be missed altogether."""
     runs = [c for c in _screened(row) if all("ratios" in s for s in c["steps"])]
     if not runs:
         return None
-    courses = [sink_course(c["steps"]) for c in runs]
+    courses = [sink_course(c["steps"], _first(c)) for c in runs]
     return {"runs": len(runs), "with_sinks": sum(k["shape"] != "none" for k in courses),
             "f1_runs_with_early_sinks": sum(bool(k["in_layers_0_1_at"]) for k in courses),
             "f2_shapes": {s: sum(k["shape"] == s for k in courses)
@@ -169,8 +194,7 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
               f"({c['ablation_wins']}/{c['ablation_runs']})"]
              for row, c in found]
     return ["## Circuits: the head screen over checkpoints", "",
-            "Every screened run (`bench circuits`: 2,000 induction sequences per checkpoint; "
-            "thresholds induction 50x, first token 30x, as in the paper; each head is assigned "
+            f"Every screened run (`bench circuits`: {_screen_setup(rows)}; each head is assigned "
             "the one class it exceeds by the largest factor). F1: runs with a sink "
             "(first-token) head in layer 0 or 1 at any checkpoint. F2: shape of the sink "
             "fraction over training. F3: sink half step / induction formation step, median "
@@ -207,7 +231,8 @@ def _any_class_markdown(rows: list[dict[str, Any]]) -> list[str]:
               f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *_f3_cells(c)]
              for row, c in found]
     return ["", "Sinks counted whatever else a head is: a head is a sink at a checkpoint when its "
-            "first-token ratio reaches 30x, even where it exceeds another class's threshold by "
+            "first-token ratio reaches the first-token threshold, even where it exceeds another "
+            "class's threshold by "
             "more (the table above assigns one class, so an induction head that also parks on "
             "the first token counts as induction only). Screened runs that kept their ratios; "
             "runs with a sink at the last checkpoint and the layers holding them; then F1-F3 as "
@@ -220,7 +245,7 @@ def _sinks_any_class(c: dict[str, Any]) -> list[float | None]:
     """The multi-label sink fraction per checkpoint; None throughout for a run that kept no
     ratios."""
     if all("ratios" in s for s in c["steps"]):
-        return sink_course(c["steps"])["fraction"]
+        return sink_course(c["steps"], _first(c))["fraction"]
     return [None] * len(c["steps"])
 
 

@@ -113,6 +113,18 @@ def test_sinks_of_any_class_are_read_from_the_kept_ratios():
     assert "Sinks counted whatever else a head is" in text
     assert "| induction() | `transformer` | 3 | 2/3 | 0, 2 | 1/3 | jump 2, none 1 |" in text
     assert row_sinks_any_class({**row, "runs": [old]}) is None
+    assert "thresholds induction 50x, first token 30x, as in the paper" in text
+    # a row screened with a first-token threshold of 36x counts sinks at 36x and says so
+    strict = [{**r, "circuits": {**r["circuits"], "sequences": 500,
+                                 "thresholds": {"induction": 50.0, "first": 36.0}}}
+              for r in row["runs"][:3]]
+    c = row_sinks_any_class({**row, "runs": strict})
+    assert (c["with_sinks"], c["sink_layers"]) == (1, [2])  # reached by run 1 (40x, 60x) only
+    text = "\n".join(circuits_markdown([{**row, "runs": strict}]))
+    assert "500 induction sequences per checkpoint; thresholds induction 50x, first token 36x;" \
+        in text
+    mixed = "\n".join(circuits_markdown([{**row, "runs": strict[:1] + row["runs"][1:3]}]))
+    assert "runs differ: 500 induction sequences" in mixed
     # the figure's dashed curve: the median multi-label fraction, the run without ratios left out
     curves = row_curves([r["circuits"] for r in row["runs"]])
     assert curves["first_any"][1] == [0, 0, 1 / 3, 1 / 3]
