@@ -135,8 +135,8 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
     shares = [sum(h["pr_at_or_before"] for h in c["induction_heads"]) / len(c["induction_heads"])
               for c in runs if c["induction_heads"]]
     more, fewer = sum(x > 0.5 for x in shares), sum(x < 0.5 for x in shares)
-    ablated = [c["ablation"] for c in runs if c["ablation"].get("dloss_induction") is not None
-               and c["ablation"].get("dloss_control") is not None]
+    ablated = _ablated(runs, "")
+    ablated_mean = _ablated(runs, "_mean")
     return {
         "runs": len(runs),
         "f1_runs_with_early_sinks": sum(bool(c["sinks_in_layers_0_1_at"]) for c in runs),
@@ -153,7 +153,20 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
         "dloss_induction": finite_median([a["dloss_induction"] for a in ablated]),
         "dloss_control": finite_median([a["dloss_control"] for a in ablated]),
         "ablation_wins": sum(a["dloss_induction"] > a["dloss_control"] for a in ablated),
+        "ablation_mean_runs": len(ablated_mean),
+        "dloss_induction_mean": finite_median([a["dloss_induction_mean"] for a in ablated_mean]),
+        "dloss_control_mean": finite_median([a["dloss_control_mean"] for a in ablated_mean]),
+        "ablation_mean_wins": sum(a["dloss_induction_mean"] > a["dloss_control_mean"]
+                                  for a in ablated_mean),
     }
+
+
+def _ablated(runs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The ablations of the runs that measured both the induction and the control heads (kind
+    "" zeroed, "_mean" mean pattern; runs screened before mean-pattern ablation have none)."""
+    return [c["ablation"] for c in runs
+            if c["ablation"].get(f"dloss_induction{kind}") is not None
+            and c["ablation"].get(f"dloss_control{kind}") is not None]
 
 
 def _n(x: float, digits: int = 2) -> str:
@@ -183,6 +196,7 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
         return []
     for key in ("f3_p", "f5_p"):
         _holm_rows([c for _, c in found], key)
+    mean = any(c["ablation_mean_runs"] for _, c in found)
     table = [[row["task"], f"`{row['architecture']}`", c["runs"], c["induction_runs"],
               f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *_f3_cells(c),
               f"{_n(c['f4_median'])} ({c['f4_runs']})",
@@ -192,6 +206,8 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
               f"{_n(c['f5_p'], 3)} ({_n(c.get('f5_p_holm', math.nan), 3)})",
               f"{_n(c['dloss_induction'], 3)} vs {_n(c['dloss_control'], 3)} "
               f"({c['ablation_wins']}/{c['ablation_runs']})"]
+             + ([f"{_n(c['dloss_induction_mean'], 3)} vs {_n(c['dloss_control_mean'], 3)} "
+                 f"({c['ablation_mean_wins']}/{c['ablation_mean_runs']})"] if mean else [])
              for row, c in found]
     return ["## Circuits: the head screen over checkpoints", "",
             f"Every screened run (`bench circuits`: {_screen_setup(rows)}; each head is assigned "
@@ -207,11 +223,16 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
             "descriptive); runs where most of their induction heads do vs most do not, exact "
             "two-sided sign test. p (Holm across the rows in brackets). Ablation: median loss "
             "change zeroing the induction heads vs as many other heads (runs where the "
-            "induction heads cost more).", "",
+            "induction heads cost more)"
+            + ("; mean-pattern ablation: the same with the heads' attention replaced by its "
+               "average pattern over the batch, which keeps a head's positional role (zeroing "
+               "a few heads can break a small model whichever heads they are)." if mean else
+               "."), "",
             *markdown.table(["task", "architecture", "screened", "with induction heads",
                              "F1 early sinks", "F2 shape", *F3_COLUMNS, "F4 early share",
                              "F4 two thirds at step",
-                             "F5 PR first (heads)", "F5 runs", "F5 p (Holm)", "ablation dloss"],
+                             "F5 PR first (heads)", "F5 runs", "F5 p (Holm)", "ablation dloss",
+                             *(["mean-pattern ablation dloss"] if mean else [])],
                             table), *_any_class_markdown(rows)]
 
 

@@ -44,6 +44,16 @@ def test_the_leaderboard_section_reads_the_findings():
     # Holm across rows: two rows with the same F3 p of 0.25 are both adjusted to 0.5
     text = "\n".join(circuits_markdown([row, {**row, "architecture": "other"}]))
     assert text.count("0.250 (0.500)") == 2
+    # mean-pattern ablation: a column only where some run measured it
+    assert "mean-pattern" not in text and c["ablation_mean_runs"] == 0
+    both = run(100, 2000, "jump", [], [0, 0.5, 1, 1, 1, 1], [head], 1.0, 2.0)
+    both["circuits"]["ablation"].update(dloss_induction_mean=0.8, dloss_control_mean=0.1)
+    c = row_circuits({**row, "runs": [*row["runs"], both]})
+    assert (c["ablation_mean_runs"], c["ablation_mean_wins"]) == (1, 1)
+    assert (c["dloss_induction_mean"], c["dloss_control_mean"]) == (0.8, 0.1)
+    assert (c["ablation_runs"], c["ablation_wins"]) == (3, 1)  # zeroed: 1.0 < 2.0 here
+    text = "\n".join(circuits_markdown([{**row, "runs": [*row["runs"], both]}]))
+    assert "| mean-pattern ablation dloss |" in text and "| 0.800 vs 0.100 (1/1) |" in text
 
 
 def screened(steps, induction, first, identified):

@@ -67,7 +67,14 @@ def test_planted_heads_are_classified_right():
     assert pr[0, 1] == 0  # the sink head writes the first token's value everywhere: no variance
     assert ((pr[0, [0, 2, 3]] >= 1) & (pr[0, [0, 2, 3]] <= 8 + 1e-4)).all()
     base = screen.loss()
-    assert screen.loss({0: torch.tensor([True, True, True, True])}) != base
+    every = {0: torch.tensor([True, True, True, True])}
+    assert screen.loss(every) != base
+    # every planted head's pattern is positional, so its mean over the batch is the pattern
+    # itself: mean-pattern ablation leaves the model as it is, zeroing does not
+    assert screen.loss(every, mean=True) == pytest.approx(base, rel=1e-5)
+    mean = screen.mean_attention()[0]
+    assert torch.allclose(mean.sum(-1), torch.ones(4, task.seq_len))
+    assert (mean.triu(1) == 0).all()  # still causal
 
 
 def test_thresholds_are_checked():
@@ -121,6 +128,10 @@ def test_a_run_with_train_circuits_keeps_the_summary(induction_run):
         assert torch.allclose(torch.tensor(kept_step["ratios"]), torch.tensor(step["ratios"]),
                               rtol=1e-3)
     assert sink_course(summary["steps"]) == sink_course(full)
+    ablation = summary["ablation"]
+    for key in ("dloss_induction", "dloss_control", "dloss_induction_mean", "dloss_control_mean"):
+        assert ablation[key] is None or ablation[key] == ablation[key]  # a number, not NaN
+    assert (ablation["dloss_induction"] is None) == (ablation["dloss_induction_mean"] is None)
 
 
 def test_train_circuits_needs_checkpoints_and_notes_other_tasks(tmp_path):
