@@ -73,7 +73,7 @@ def _screen_setup(rows: list[dict[str, Any]]) -> str:
                    (THRESHOLDS["induction"], THRESHOLDS["first"]) else ""))
         if text not in seen:
             seen.append(text)
-    return " | ".join(seen) if len(seen) == 1 else "runs differ: " + " | ".join(seen)
+    return seen[0] if len(seen) == 1 else "runs differ: " + " | ".join(seen)
 
 
 def _f3(pairs: list[tuple[int | None, int | None]]) -> dict[str, Any]:

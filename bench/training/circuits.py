@@ -216,11 +216,10 @@ class Screen:
         means = self.mean_attention() if mean else None
         for rows in self.chunks[:limit]:
             for i, mask in zeroed.items():
+                fill = 0.0 if means is None else means[i][None]
                 self.layers[i].attention_patch = (
-                    (lambda probs, m=mask: probs.masked_fill(m[None, :, None, None], 0.0))
-                    if means is None else
-                    (lambda probs, m=mask, avg=means[i]: torch.where(
-                        m[None, :, None, None], avg[None].to(probs.dtype), probs)))
+                    lambda probs, m=mask, f=fill: torch.where(
+                        m[None, :, None, None], torch.as_tensor(f, dtype=probs.dtype), probs))
             try:
                 results.append((self.module.model(self.tokens[rows, : self.task.seq_len]), rows))
             finally:
