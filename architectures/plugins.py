@@ -109,13 +109,14 @@ def _import(module_name: str, label: str) -> Any:
 _PASSED: set[tuple[type, str, int]] = set()  # (config class, config, seq_len) checked here
 
 
-def check_mixer(config: ArchConfig, seq_len: int) -> None:
+def check_mixer(config: ArchConfig, seq_len: int, batch_sizes: tuple[int, ...] = ()) -> None:
     """The contract, on one freshly built mixer and random input: shape, finite values, finite
     gradients, causality (`check_causal`, in train and eval mode), no state carried from one
     call to the next, and what its declared protocols promise. The causality proof costs L^2
     tokens of forward and backward (about a second at L = 47 for the references on CPU), so a
-    config that passed is not checked again in this process."""
-    key = (type(config), repr(config), seq_len)
+    config that passed is not checked again in this process. Causality is also checked by
+    intervention (`check_intervened`) at `batch_sizes` (the run's) under every mode."""
+    key = (type(config), repr(config), seq_len, tuple(batch_sizes))
     if key in _PASSED:
         return
     gen = torch.Generator().manual_seed(0)
@@ -141,6 +142,7 @@ def check_mixer(config: ArchConfig, seq_len: int) -> None:
         check_causal(mixer, x.detach()[0], label + (" (train mode)" if training else
                                                     " (eval mode)"))
         _check_stateless(mixer, x.detach(), label)
+    check_intervened(mixer, seq_len, D, label, (2, *batch_sizes))
     mixer.train(True)
     if isinstance(mixer, RecordsAttention):
         _check_attention(mixer, x.detach(), label)
@@ -178,19 +180,64 @@ def check_causal(mixer: nn.Module, x: torch.Tensor, label: str, chunk: int | Non
                                 f"input {q}")
 
 
+INTERVENTION_ROUNDS = 2  # calls per (mode, grad setting, batch size), each at another cut
+MAX_CHECK_BATCH = 64  # a larger run batch is checked at this size (the same code path)
+
+
+def check_intervened(mixer: nn.Module, L: int, D: int, label: str,
+                     batch_sizes: tuple[int, ...]) -> None:
+    """Causality and batch independence by intervention, as training and evaluation call the
+    mixer: in train and eval mode, with autograd on and off (evaluation runs under no_grad), at
+    each batch size, over several calls. Replacing every input after a cut must leave every
+    output up to the cut bit-identical (a leak through `.detach()` or only without autograd
+    shows here, where gradients cannot see it), and replacing the other sequences of the batch
+    must leave the first one's outputs bit-identical (no mixing across sequences). Random draws
+    (dropout) are fixed per call."""
+    gen = torch.Generator().manual_seed(3)
+    cuts = sorted({max(0, L // 3), L // 2, max(0, L - 2)})
+    was_training = mixer.training
+    for training in (True, False):
+        mixer.train(training)
+        for grad in (True, False):
+            for batch in sorted({min(b, MAX_CHECK_BATCH) for b in batch_sizes if b >= 1}):
+                for r in range(INTERVENTION_ROUNDS):
+                    cut = cuts[r % len(cuts)]
+                    x = torch.randn(max(batch, 2), L, D, generator=gen)[:batch]
+                    later, others = x.clone(), x.clone()
+                    later[:, cut + 1:] = torch.randn(later[:, cut + 1:].shape, generator=gen)
+                    others[1:] = torch.randn(others[1:].shape, generator=gen)
+                    y, y_later, y_others = (_fixed_call(mixer, v, label, grad)
+                                            for v in (x, later, others))
+                    mode = (f"{'train' if training else 'eval'} mode, "
+                            f"{'with' if grad else 'without'} autograd, batch {batch}")
+                    if not torch.equal(y[:, :cut + 1], y_later[:, :cut + 1]):
+                        raise ContractError(f"{label} is not causal ({mode}): changing the "
+                                            f"inputs after position {cut} changed an output "
+                                            f"at or before it")
+                    if batch > 1 and not torch.equal(y[0], y_others[0]):
+                        raise ContractError(f"{label} mixes the sequences of a batch ({mode}):"
+                                            " changing the other sequences changed the first "
+                                            "one's outputs")
+    mixer.train(was_training)
+
+
+def _fixed_call(mixer: nn.Module, x: torch.Tensor, label: str, grad: bool) -> torch.Tensor:
+    with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(grad):
+        torch.manual_seed(0)
+        return _call(mixer, x.requires_grad_(grad) if grad else x, label).detach()
+
+
 def _check_stateless(mixer: nn.Module, x: torch.Tensor, label: str) -> None:
     """The same input gives the same output whatever was called before (no state kept between
     calls, e.g. a buffer holding the last batch), with the random draws fixed."""
-    def run(inp: torch.Tensor) -> torch.Tensor:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(0)
-            return _call(mixer, inp, label)
-
-    first = run(x)
-    run(torch.randn(x.shape, generator=torch.Generator().manual_seed(2)))
-    if not torch.equal(first, run(x)):
-        raise ContractError(f"{label} keeps state between calls: the same input gave another "
-                            "output after a different input")
+    for grad in (False, True):  # a mixer may keep state only while autograd is on
+        first = _fixed_call(mixer, x.detach().clone(), label, grad)
+        _fixed_call(mixer, torch.randn(x.shape, generator=torch.Generator().manual_seed(2)),
+                    label, grad)
+        if not torch.equal(first, _fixed_call(mixer, x.detach().clone(), label, grad)):
+            raise ContractError(f"{label} keeps state between calls "
+                                f"({'with' if grad else 'without'} autograd): the same input "
+                                "gave another output after a different input")
 
 
 def _call(mixer: nn.Module, x: torch.Tensor, label: str) -> torch.Tensor:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.rows import by_row, content_hash
+from ..core.rows import by_row, content_hash, group_key
 from ..sweeps.results import FINISHED, ResultsDB, read_results
 from ..sweeps.spec import SweepSpec, expand, load_spec, tuning_jobs
 from ..sweeps.sweep import run_sweep
@@ -45,14 +45,14 @@ def new_sections(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     return arch, list(raw.get("plugins") or [])
 
 
-def check_committed(spec: SweepSpec, db_path: Path) -> None:
-    """The committed database holds every job the spec lists (tuning runs at every rate and
-    the reported runs), all finished: so the merged sweep retrains none of them."""
+def check_committed(spec: SweepSpec, db_path: Path, jobs: list) -> None:
+    """The committed database holds every job of the spec (`jobs`: its tuning runs at every
+    rate, then its reported runs), all finished: so the merged sweep retrains none of them.
+    A tuned spec's reported runs are at the rates its tuning runs chose: those are checked."""
     if not db_path.is_file():
         raise ConfigError(f"--against: no committed results at {db_path}")
-    ids = {j.job_id() for j in tuning_jobs(spec)} if spec.tune else {
-        j.job_id() for j in expand(spec)}
-    db = ResultsDB(db_path)
+    ids = {j.job_id() for j in (jobs[:len(tuning_jobs(spec))] if spec.tune else jobs)}
+    db = ResultsDB(db_path, read_only=True)
     try:
         finished = {r["id"] for r in db.rows("1 = 1") if r["status"] in FINISHED}
         reported = db.counts()
@@ -87,39 +87,107 @@ def size_notes(results: list[dict[str, Any]], new_rows: set[str]) -> list[str]:
     return notes
 
 
-def compare(against: Path, overrides: list[str], out: Path | None, executor: str,
-            workers: int, options: dict[str, Any], progress: bool) -> tuple[Path, list[str]]:
-    """Train the new row into `out` beside a copy of the committed results; write compare.md
-    (size notes and the merged table) and return (out, size notes)."""
+@dataclasses.dataclass
+class ComparePlan:
+    """What `bench compare` will do, decided before anything is copied or trained."""
+
+    spec: SweepSpec
+    """the committed board with the new row in `added` (every board check applied to it)"""
+    committed_db: Path
+    committed_jobs: list[str]
+    """ids of the committed board's jobs (a tuned board's reported ones at its first rate)"""
+    new_jobs: list[str]
+    """ids of the jobs the new row trains (its tuning runs included); every other job of the
+    merged board is a committed row, reused"""
+    new_archs: set[str]
+    out: Path
+    notes: list[str]
+    """tests and plots the new row is left out of (it lacks their field)"""
+
+
+def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePlan:
+    """The merged board (committed rows plus the new one) checked as one spec, its new jobs, the
+    committed database it reuses, and where it goes: everything but the copy and the training."""
     arch, plugins = new_sections(overrides)
     spec = load_spec(against)
     reference = committed_dir(against)
     db_path = reference / ResultsDB.FILENAME
-    check_committed(spec, db_path)
-    merged = dataclasses.replace(spec, archs=[*spec.archs, arch],
-                                 plugins=[*spec.plugins, *plugins])
-    expand(merged)  # validated before anything is copied (a duplicate of a committed row too)
-    new_archs = {_key(j.to_dict()["arch"])
-                 for j in expand(dataclasses.replace(merged, archs=[arch]))}
+    committed = [*tuning_jobs(spec), *expand(spec)]
+    check_committed(spec, db_path, committed)
+    merged = dataclasses.replace(spec, added=[arch], plugins=[*spec.plugins, *plugins])
+    committed_ids = [j.job_id() for j in committed]
+    jobs = [*tuning_jobs(merged), *expand(merged)]  # every check, on the merged board
+    new = [j for j in jobs if j.job_id() not in set(committed_ids)]  # (duplicates refused)
+    new_archs = {_key(j.to_dict()["arch"]) for j in new}
+    notes = left_out_notes(merged, [j.to_dict() for j in new])
     out = out or Path("runs") / "compare" / f"{spec.name}-{content_hash(arch, 8)}"
     if out.absolute() == reference.absolute():
         raise ConfigError(f"--out: {out} holds the committed results; give a fresh directory")
     if (out / ResultsDB.FILENAME).exists():
         raise ConfigError(f"--out: {out} already holds a results database; give a fresh "
                           "directory (bench sweep resumes a sweep)")
+    return ComparePlan(merged, db_path, committed_ids, [j.job_id() for j in new], new_archs, out,
+                       notes)
+
+
+def left_out_notes(spec: SweepSpec, configs: list[dict[str, Any]]) -> list[str]:
+    """One line per test or plot of the board whose field the new row does not have."""
+    from ..sweeps.axes import AxisError, axis_value
+
+    notes = []
+    asked = [("test", e.get("compare") or e.get("trend"), [e.get("compare") or e.get("trend")])
+             for e in spec.tests]
+    asked += [("plot", " x ".join(axes), list(axes)) for axes in spec.plots]
+    for kind, name, axes in asked:
+        try:
+            for a in axes:
+                axis_value(configs[0], a)
+        except AxisError:
+            notes.append(f"left out: the new row has no {name}, so the {kind} on it does not "
+                         "include it")
+    return notes
+
+
+def holm_notes(before: list, after: list) -> list[str]:
+    """Committed comparisons whose Holm p moved because the new row's comparisons joined their
+    family (Holm adjusts over every comparison of one test entry)."""
+    old = {(c.test, c.series, c.between): c.p_holm for c in before}
+    moved = [(c, old[k]) for c in after if (k := (c.test, c.series, c.between)) in old
+             and abs(old[k] - c.p_holm) > 1e-12]
+    return [f"Holm: `{c.test}` {c.between} ({c.series}) is {c.p_holm:.3g} here against "
+            f"{was:.3g} on the committed board: the new row's comparisons joined its family"
+            for c, was in moved]
+
+
+def compare(against: Path, overrides: list[str], out: Path | None, executor: str,
+            workers: int, options: dict[str, Any], progress: bool) -> tuple[Path, list[str]]:
+    """Train the new row into `out` beside a copy of the committed results; write compare.md
+    (notes and the merged table) and return (out, notes)."""
+    from .claims import run_tests
+    from .leaderboard import best_lr, reported, summarise
+
+    plan = prepare(against, overrides, out)
+    out = plan.out
     out.mkdir(parents=True, exist_ok=True)
-    with sqlite3.connect(db_path) as src, sqlite3.connect(out / ResultsDB.FILENAME) as dst:
-        src.backup(dst)  # a consistent copy, WAL included
-    run_sweep(merged, out, executor, workers, options, progress)
+    src = sqlite3.connect(f"file:{plan.committed_db.absolute()}?mode=ro", uri=True)
+    try:
+        with sqlite3.connect(out / ResultsDB.FILENAME) as dst:
+            src.backup(dst)  # a consistent copy, WAL included
+    finally:
+        src.close()
+    run_sweep(plan.spec, out, executor, workers, options, progress)
     spec_dict, results = read_results(out)
     record_defaults(spec_dict.get("arch_defaults", {}))
-    write_leaderboard(out, spec_dict["name"], results, spec_dict)
+    rows = write_leaderboard(out, spec_dict["name"], results, spec_dict)
     new_rows = {key for key, runs in by_row(results).items()
-                if _key(runs[0]["config"]["arch"]) in new_archs}
-    notes = size_notes(results, new_rows)
-    text = "\n".join([*notes, "", (out / "leaderboard.md").read_text()] if notes else
-                     [(out / "leaderboard.md").read_text()])
-    (out / "compare.md").write_text(text)
+                if _key(runs[0]["config"]["arch"]) in plan.new_archs}
+    committed = [r for r, _ in best_lr(summarise(
+        [r for r in reported(results, spec_dict) if group_key(r["config"]) not in new_rows]))]
+    tests = spec_dict.get("tests") or []
+    notes = [*size_notes(results, new_rows), *plan.notes,
+             *holm_notes(run_tests(tests, committed), run_tests(tests, rows))]
+    table = (out / "leaderboard.md").read_text()
+    (out / "compare.md").write_text("\n".join([*notes, "", table] if notes else [table]))
     return out, notes
 
 

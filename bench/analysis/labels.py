@@ -8,7 +8,7 @@ from typing import Any
 from datamodules import TASKS
 
 from ..core.schema import field_defaults
-from ..sweeps.axes import axis_value, derived_axis
+from ..sweeps.axes import AxisError, axis_value, derived_axis
 
 RECORDED: dict[str, dict[str, Any]] = {}
 """Architecture defaults as the sweep that made a database recorded them (its `arch_defaults`
@@ -99,9 +99,29 @@ def covarying(rows: list[dict[str, Any]], axes: list[str]) -> list[str]:
     return out
 
 
+def lacking(rows: list[dict[str, Any]], axes: list[str]) -> list[dict[str, Any]]:
+    """The rows whose config has no value on one of `axes` (a row `bench compare` added with
+    other fields): left out of the tests and plots on those axes. A sweep's own rows never
+    lack one (checked before it runs)."""
+    out = []
+    for row in rows:
+        try:
+            for a in axes:
+                axis_value(row["job_config"], a)
+        except AxisError:
+            out.append(row)
+    return out
+
+
 def factor_groups(rows: list[dict[str, Any]], axes: list[str]):
     """{series label: [(axis values, row)]}: the rows that differ only on `axes` (and on the
-    fields that move with them) share a series."""
+    fields that move with them) share a series; rows without a value on an axis are left out
+    (`lacking`)."""
+    left_out = {id(r) for r in lacking(rows, axes)}
+    if rows and len(left_out) == len(rows):  # no row has it: the axis itself is wrong
+        for a in axes:
+            axis_value(rows[0]["job_config"], a)  # raises, naming the axis
+    rows = [r for r in rows if id(r) not in left_out]
     trim = [f"task.{derived_axis(a)[0]}" if derived_axis(a) else a for a in axes]
     trim += covarying(rows, axes)
     groups: dict[str, list[tuple[tuple[float, ...], dict[str, Any]]]] = {}

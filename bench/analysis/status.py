@@ -48,7 +48,7 @@ def estimate_remaining(rows: list[dict[str, Any]], labels: list[tuple[str, str]]
 
 
 def sweep_status(out: Path) -> dict[str, Any]:
-    db = ResultsDB(out / ResultsDB.FILENAME)
+    db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:
         rows, counts = db.rows(), db.counts()
         name, workers = db.meta("name", out.name), db.meta("workers", 1)

@@ -62,23 +62,42 @@ class ResultsDB:
 
     FILENAME = "results.sqlite"
 
-    def __init__(self, path: Path | str, create: bool = False):
+    def __init__(self, path: Path | str, create: bool = False, read_only: bool = False):
+        """Open (or with `create`, make) the database at `path`. A `read_only` reader opens it
+        through SQLite's own read-only mode: it never writes, checkpoints or removes the WAL a
+        live sweep is using. Nothing here opens the file outside SQLite: closing any descriptor
+        of a file drops every POSIX lock this process holds on it, including those of another
+        connection to the same database (a live sweep's), so a Python-level peek at the header
+        would let another process delete the WAL under it."""
         self.path = Path(path)
         if not create and not self.path.is_file():
             raise ConfigError(f"{self.path.parent}: no results database ({self.path.name}) here")
         if self.path.is_file() and not self.path.stat().st_size:
             raise ConfigError(f"{self.path}: an empty file, not a results database; refusing to "
                               "touch it (remove it to start afresh)")
-        self._fail_if_foreign()
-        self.conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        target = f"file:{self.path.absolute()}?mode=ro" if read_only else str(self.path)
+        try:
+            self.conn = sqlite3.connect(target, timeout=60.0, isolation_level=None,
+                                        uri=read_only)
+        except sqlite3.Error as e:
+            raise ConfigError(f"{self.path}: not a readable results database ({e})") from None
         try:
             self.conn.execute("PRAGMA busy_timeout = 60000")
-            app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+            try:  # SQLite reads the header: a file that is not SQLite fails here, untouched
+                app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+            except sqlite3.DatabaseError as e:
+                if "not a database" not in str(e):
+                    raise
+                raise ConfigError(f"{self.path}: not an SQLite file (corrupt or foreign); "
+                                  "refusing to overwrite it") from None
             tables = self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if tables and app_id != APPLICATION_ID:
                 raise ConfigError(f"{self.path}: an SQLite database of something else "
                                   "(not an emergence-bench results database); refusing to touch it")
             if not tables:
+                if read_only:
+                    raise ConfigError(f"{self.path}: an empty SQLite file, not a results "
+                                      "database")
                 self._create()
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             if version != SCHEMA_VERSION:
@@ -90,13 +109,6 @@ class ResultsDB:
         except ConfigError:
             self.conn.close()
             raise
-
-    def _fail_if_foreign(self) -> None:
-        if self.path.is_file() and self.path.stat().st_size:
-            with self.path.open("rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    raise ConfigError(f"{self.path}: not an SQLite file (corrupt or foreign); "
-                                      "refusing to overwrite it")
 
     def _create(self) -> None:
         # one transaction: a file is either empty or a complete, marked results database
@@ -253,12 +265,12 @@ def check_out_dir(out: Path) -> None:
         raise ConfigError(f"--out: {out} is not writable ({probe} is read-only)")
     db = out / ResultsDB.FILENAME
     if db.exists():  # refuse a corrupt or foreign database before touching anything
-        ResultsDB(db).close()
+        ResultsDB(db, read_only=True).close()
 
 
 def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The sweep's spec (as last run) and the result of every finished job of that spec."""
-    db = ResultsDB(out / ResultsDB.FILENAME)
+    db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:
         spec = db.meta("spec", {}) | {"name": db.meta("name", out.name),
                                       "seed_history": db.meta("seed_history", []),

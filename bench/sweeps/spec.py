@@ -65,6 +65,9 @@ class SweepSpec:
     """{lr: [rates], seeds: count or list}: choose each row's learning rate on these seeds
     (a count n means seeds 1000 .. 1000+n-1), disjoint from `seeds`; the table reports only
     `seeds`, each row at its chosen rate"""
+    added: list[Any] = field(default_factory=list)
+    """architecture sections `bench compare` added to a committed board: rows like `archs`,
+    tested and drawn beside them, left out of a test or plot whose field they lack (noted)"""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", str(self.name)):
@@ -72,7 +75,7 @@ class SweepSpec:
                              f"starting with '.' or '-': it names a directory), got {self.name!r}")
         if not self.archs:
             raise ValueError("archs: must list at least one architecture")
-        if not all(isinstance(a, dict) for a in self.archs):
+        if not all(isinstance(a, dict) for a in [*self.archs, *self.added]):
             raise ValueError("archs: every entry must be a mapping with a name")
         if not self.tasks or not all(isinstance(t, dict) for t in self.tasks):  # None too
             raise ValueError("task: must be a mapping or a non-empty list of mappings")
@@ -217,23 +220,28 @@ def grid_size(section: dict[str, Any]) -> int:
 
 def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig]:
     warmups = spec.pretrain or ["none"]
-    count = (sum(grid_size(t) for t in spec.tasks) * sum(grid_size(a) for a in spec.archs)
+    sections = [(f"archs[{i}]", a) for i, a in enumerate(spec.archs)]
+    sections += [(f"added[{i}]", a) for i, a in enumerate(spec.added)]
+    count = (sum(grid_size(t) for t in spec.tasks) * sum(grid_size(a) for _, a in sections)
              * len(lrs) * len(seeds) * len(warmups))
     if count > MAX_JOBS:
         raise ConfigError(f"task, archs, lr, seeds: the grid lists {count:,} jobs; must be at "
                           f"most {MAX_JOBS:,} (split the sweep)")
-    jobs = []
+    jobs, board = [], []  # board: the jobs of `archs` (a compare's committed rows)
     for t, task_section in enumerate(spec.tasks):
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
-            for i, arch_section in enumerate(spec.archs):
-                for arch in grid(arch_section, f"archs[{i}]"):
+            for where, arch_section in sections:
+                for arch in grid(arch_section, where):
                     for j, pre in enumerate(warmups):
                         for lr in lrs:
                             train = {**spec.train, **({"lr": lr} if lr is not None else {})}
                             for seed in seeds:
-                                jobs.append(_job(task, arch, train, spec, seed, i, pre, j))
+                                job = _job(task, arch, train, spec, seed, where, pre, j)
+                                jobs.append(job)
+                                if where.startswith("archs"):
+                                    board.append(job)
     check_sweep_trainer(spec.trainer)
-    configs = [job.to_dict() for job in jobs]
+    configs = [job.to_dict() for job in board]  # an added row may lack a field: left out
     check_plot_axes(spec.plots, configs)
     check_test_fields(spec.tests, configs, tuned=bool(spec.tune))
     ids = [job.job_id() for job in jobs]
@@ -313,16 +321,16 @@ def check_sweep_trainer(trainer: dict[str, Any]) -> None:
                           "command per rank, which a sweep cannot; use ddp_spawn in sweeps")
 
 
-def _job(task, arch, train, spec, seed, i, pretrain="none", j=0) -> RunConfig:
+def _job(task, arch, train, spec, seed, where, pretrain="none", j=0) -> RunConfig:
     overrides = {"task": task, "arch": arch, "train": train, "emergence": spec.emergence,
                  "trainer": spec.trainer, "seed": seed, "plugins": spec.plugins,
                  "pretrain": pretrain}
     try:
         return load_run_config(overrides)
     except ConfigError as e:
-        where = (f"archs[{i}]: " if str(e).startswith("arch.") else
-                 f"pretrain[{j}]: " if str(e).startswith("pretrain") else "")
-        raise ConfigError(f"{where}{e}") from None
+        at = (f"{where}: " if str(e).startswith("arch.") else
+              f"pretrain[{j}]: " if str(e).startswith("pretrain") else "")
+        raise ConfigError(f"{at}{e}") from None
 
 
 def row_filter(spec: SweepSpec, rows: list[str] | None) -> Callable[[RunConfig], bool] | None:

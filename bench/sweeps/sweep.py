@@ -48,7 +48,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     with SweepLock(out):
         if tuning:  # first the tuning seeds; their results choose each row's rate
             _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)")
-            db = ResultsDB(out / ResultsDB.FILENAME)
+            db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
             try:
                 ids = {job.job_id() for job in tuning}
                 rates = choose_rates([json.loads(r["result"]) for r in db.rows()
@@ -76,7 +76,7 @@ def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:
 
 
 def _counts(out: Path) -> dict[str, int]:
-    db = ResultsDB(out / ResultsDB.FILENAME)
+    db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:
         return db.counts()
     finally:

@@ -38,7 +38,7 @@ def describe_model(cfg: RunConfig) -> dict[str, Any]:
         raise ConfigError(f"arch.name: mixer '{cfg.arch.name}' failed in forward: "
                           f"{one_line(e)}") from None
     try:  # what a run checks before it trains: a mixer that breaks it is one line here too
-        check_mixer(cfg.arch, L)
+        check_mixer(cfg.arch, L, (cfg.train.batch_size,))
     except ContractError as e:
         raise ConfigError(f"arch.name: {e}") from None
     layers = [{"mixer": count(b.mixer), "mlp": count(b.mlp), "norm": count(b.norm)}

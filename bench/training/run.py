@@ -153,7 +153,7 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     check_memory(cfg)  # before anything is allocated
     task = build_run_task(cfg)
     try:  # a mixer that breaks the contract is rejected before anything trains or is written
-        check_mixer(cfg.arch, task.seq_len)
+        check_mixer(cfg.arch, task.seq_len, (cfg.train.batch_size,))
     except ContractError as e:
         raise ConfigError(f"arch.name: {e}") from None
     check_pretrain(cfg)
