@@ -434,6 +434,8 @@ def run_perf(archs: list[str], size_labels: list[str], repeats: int, batch: int,
 
     if repeats < 1:
         raise ConfigError(f"--repeats: must be >= 1, got {repeats}")
+    if not (isinstance(target_s, int | float) and 0 < target_s <= 3600):  # NaN fails too
+        raise ConfigError(f"--seconds: must be a number of seconds in (0, 3600], got {target_s}")
     if accelerator not in ("cpu", "gpu"):
         raise ConfigError(f"--accelerator: must be cpu or gpu, got '{accelerator}'")
     if accelerator == "gpu" and not torch.cuda.is_available():

@@ -115,6 +115,21 @@ def test_bad_task_inspection(cli):
         "the sum of the previous state)")
 
 
+def test_perf_refuses_a_nan_or_absurd_stretch(cli, tmp_path):
+    for value in ("nan", "-1", "1e9"):
+        code, captured = cli("perf", "--seconds", value, "--out", str(tmp_path / "perf"))
+        assert code == 2 and captured.err.strip().startswith(
+            "error: --seconds: must be a number of seconds in (0, 3600]"), captured.err
+        assert not (tmp_path / "perf").exists()
+
+
+def test_a_task_override_that_contradicts_the_command_is_refused(cli):
+    code, captured = cli("task", "linear_map", "name=cellular_automaton")
+    assert code == 2 and captured.out == "" and captured.err.strip() == (
+        "error: name: the command names task 'linear_map' and an override names "
+        "'cellular_automaton'; give the task once")
+
+
 GOOD = ("name: x\ntask: {name: linear_map, state_size: 6, sparsity: 2}\n"
         "archs: [{name: mlp_mixer, d_model: 16, n_layers: 1}]\nseeds: 1\n"
         "train: {max_steps: 20, eval_every: 10, eval_size: 32}\n")
