@@ -330,12 +330,10 @@ def task(
     """Show N sequences of a task and its hidden rule, e.g. `bench task linear_map sparsity=3`."""
     from .training.sections import load_task_config
 
-    named = [o.split("=", 1)[1].strip() for o in overrides or []
-             if o.split("=", 1)[0].strip() in ("name", "task.name") and "=" in o]
-    if any(n != name for n in named):  # the field would silently win over the argument
-        raise ConfigError(f"name: the command names task '{name}' and an override names "
-                          f"'{next(n for n in named if n != name)}'; give the task once")
     config = load_task_config([f"name={name}", *(overrides or [])])  # before torch loads
+    if config.name != name:  # an override's name= would silently win over the argument
+        raise ConfigError(f"name: the command names task '{name}' and an override names "
+                          f"'{config.name}'; give the task once")
 
     import torch
 

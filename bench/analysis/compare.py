@@ -22,7 +22,7 @@ from ..sweeps.results import FINISHED, ResultsDB, read_results
 from ..sweeps.spec import SweepSpec, expand, load_spec, tuning_jobs
 from ..sweeps.sweep import run_sweep
 from ..training.sections import parse_overrides
-from .labels import record_defaults, row_labels
+from .labels import lacking, record_defaults, row_labels
 from .leaderboard import write_leaderboard
 from .reproduce import committed_dir
 
@@ -45,13 +45,14 @@ def new_sections(overrides: list[str]) -> tuple[dict[str, Any], list[str]]:
     return arch, list(raw.get("plugins") or [])
 
 
-def check_committed(spec: SweepSpec, db_path: Path, jobs: list) -> None:
-    """The committed database holds every job of the spec (`jobs`: its tuning runs at every
-    rate, then its reported runs), all finished: so the merged sweep retrains none of them.
-    A tuned spec's reported runs are at the rates its tuning runs chose: those are checked."""
+def check_committed(db_path: Path, tuning: list, jobs: list) -> None:
+    """The committed database holds every job of the spec (its `tuning` runs at every rate, or
+    without tuning its reported `jobs`), all finished: so the merged sweep retrains none of
+    them. A tuned spec's reported runs are at the rates its tuning runs chose: those are
+    checked through the tuning runs."""
     if not db_path.is_file():
         raise ConfigError(f"--against: no committed results at {db_path}")
-    ids = {j.job_id() for j in (jobs[:len(tuning_jobs(spec))] if spec.tune else jobs)}
+    ids = {j.job_id() for j in (tuning or jobs)}
     db = ResultsDB(db_path, read_only=True)
     try:
         finished = {r["id"] for r in db.rows("1 = 1") if r["status"] in FINISHED}
@@ -112,12 +113,14 @@ def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePla
     spec = load_spec(against)
     reference = committed_dir(against)
     db_path = reference / ResultsDB.FILENAME
-    committed = [*tuning_jobs(spec), *expand(spec)]
-    check_committed(spec, db_path, committed)
+    tuning = tuning_jobs(spec)
+    committed = [*tuning, *expand(spec)]
+    check_committed(db_path, tuning, committed)
     merged = dataclasses.replace(spec, added=[arch], plugins=[*spec.plugins, *plugins])
     committed_ids = [j.job_id() for j in committed]
+    known = set(committed_ids)
     jobs = [*tuning_jobs(merged), *expand(merged)]  # every check, on the merged board
-    new = [j for j in jobs if j.job_id() not in set(committed_ids)]  # (duplicates refused)
+    new = [j for j in jobs if j.job_id() not in known]  # (duplicates were refused)
     new_archs = {_key(j.to_dict()["arch"]) for j in new}
     notes = left_out_notes(merged, [j.to_dict() for j in new])
     out = out or Path("runs") / "compare" / f"{spec.name}-{content_hash(arch, 8)}"
@@ -132,20 +135,11 @@ def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePla
 
 def left_out_notes(spec: SweepSpec, configs: list[dict[str, Any]]) -> list[str]:
     """One line per test or plot of the board whose field the new row does not have."""
-    from ..sweeps.axes import AxisError, axis_value
-
-    notes = []
-    asked = [("test", e.get("compare") or e.get("trend"), [e.get("compare") or e.get("trend")])
-             for e in spec.tests]
-    asked += [("plot", " x ".join(axes), list(axes)) for axes in spec.plots]
-    for kind, name, axes in asked:
-        try:
-            for a in axes:
-                axis_value(configs[0], a)
-        except AxisError:
-            notes.append(f"left out: the new row has no {name}, so the {kind} on it does not "
-                         "include it")
-    return notes
+    asked = [("test", [e.get("compare") or e.get("trend")]) for e in spec.tests]
+    asked += [("plot", list(axes)) for axes in spec.plots]
+    row = [{"job_config": configs[0]}]
+    return [f"left out: the new row has no {' x '.join(axes)}, so the {kind} on it does not "
+            "include it" for kind, axes in asked if lacking(row, axes)]
 
 
 def holm_notes(before: list, after: list) -> list[str]:
@@ -169,10 +163,10 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
     plan = prepare(against, overrides, out)
     out = plan.out
     out.mkdir(parents=True, exist_ok=True)
-    src = sqlite3.connect(f"file:{plan.committed_db.absolute()}?mode=ro", uri=True)
+    src = ResultsDB(plan.committed_db, read_only=True)
     try:
         with sqlite3.connect(out / ResultsDB.FILENAME) as dst:
-            src.backup(dst)  # a consistent copy, WAL included
+            src.conn.backup(dst)  # a consistent copy, WAL included
     finally:
         src.close()
     run_sweep(plan.spec, out, executor, workers, options, progress)
