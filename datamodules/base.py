@@ -33,7 +33,8 @@ import torch
 from .config import PER_SEED, TaskConfig
 from .split import chunk_bounds
 
-TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM = 0, 1, 3, 4
+TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM, REPLACE_STREAM = 0, 1, 3, 4, 5
+REPLACEMENT_SAMPLE = 1024  # sequences whose tokens say which values a position takes
 EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's whole set is one)
 REFERENCE_FLOATS = 1 << 24  # posterior entries per chunk when the references are computed
 SCREEN_TOKENS = 1 << 13  # a screen's held-out sequences hold at most this many tokens (long
@@ -146,6 +147,20 @@ class SequenceTask(L.LightningDataModule):
         q = torch.arange(pattern.shape[-1], device=pattern.device)
         return (q[None, :] < self.scored_positions().to(pattern.device)[:, None]).expand(
             pattern.shape)
+
+    def replacement_values(self) -> torch.Tensor:
+        """(L, V) bool: the values the token at input position q may be replaced with when the
+        intervention map (bench.training.influence) measures what reading q changes: by
+        default every value the task's own sequences take at q, read off REPLACEMENT_SAMPLE
+        fresh draws of the pure generator (a position that always holds one token, such as a
+        delimiter, has no replacement and no influence). Tasks whose every position takes
+        every value of a known set override it."""
+        cpu = torch.device("cpu")
+        tokens = self.sample(REPLACEMENT_SAMPLE,
+                             make_generator(self.instance_seed, REPLACE_STREAM, 0, cpu))[:, :-1]
+        valid = torch.zeros(tokens.shape[1], self.vocab_size, dtype=torch.bool)
+        valid[torch.arange(tokens.shape[1]).expand_as(tokens), tokens] = True
+        return valid
 
     def probe_counted(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, L) bool: the targets of probe sequences (N, n) that count, like the held-out

@@ -96,6 +96,11 @@ class StateSequenceTask(SequenceTask):
         return state_candidates(pattern, self.scored_positions().to(pattern.device),
                                 self.state_size)
 
+    def replacement_values(self) -> torch.Tensor:
+        """Every token of every state takes any of the task's values: the intervention map
+        replaces a token with each other value (a flip on binary states)."""
+        return torch.ones(self.seq_len, self.vocab_size, dtype=torch.bool)
+
     # --- the split ---------------------------------------------------------------------------
     @property
     def n_state_values(self) -> int:

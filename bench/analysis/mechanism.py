@@ -1,11 +1,14 @@
 """Does emergence coincide with learning the sparse pattern? The leaderboard's mechanism section.
 
-For every run that recorded a pattern curve (the influence map's mass on the parents,
-`val/influence_mass`, for every mixer; the attention mass, `val/parent_mass`, for attention), the
-**alignment rise** is the first evaluation at which the curve has covered half of its rise from
-step 0 to its maximum; a curve that never rises by 0.02 has none. An influence curve rises from
-the mass of a map with no preference (rows spread evenly over the earlier positions) where its
-start is lower: a mixer whose output projections start at zero has no influence at step 0.
+For every run that recorded a pattern curve (the intervention map's mass on the parents,
+`val/intervention_mass`, and the gradient map's, `val/influence_mass`, for every mixer; the
+attention mass, `val/parent_mass`, for attention), the **alignment rise** is the first evaluation
+at which the curve has covered half of its rise from step 0 to its maximum; a curve that never
+rises by 0.02 has none. A map's curve rises from the mass of a map with no preference (rows
+spread evenly over the earlier positions) where its start is lower: a mixer whose output
+projections start at zero has no influence at step 0. The verdicts read the intervention map
+(bench.training.influence: it sees dependences a gradient misses); the gradient map stays
+beside it.
 
 Per row: the lag of the rise behind the emergence step over the emerged seeds (negative: the
 pattern led), its median with a distribution-free interval (order statistics of the binomial, at
@@ -15,7 +18,7 @@ p-value, exact up to 9 seeds, else from 9,999 random pairings (do seeds that fin
 later emerge later?). Emergence is a threshold near the top of the metric's rise, so the lag is
 also given against the metric's own half-rise (the same definition on the metric's curve, over
 every seed where both rose, emerged or not): like against like. Over every seed, emerged or not:
-the curve's start and end (medians), the no-preference mass, the influence map's AUROC of the
+the curve's start and end (medians), the no-preference mass, each map's AUROC of the
 parents against the other candidate positions at start and end (does it rank the parents first,
 whatever its mass?), and how many seeds that never emerged rose all the same, so a mixer that
 never emerges still says whether it learned the pattern.
@@ -38,8 +41,11 @@ from ..core.rows import emergence_step
 from ..core.stats import finite_median, median_interval, spearman
 
 MIN_RISE = 0.02
-CURVES = (("val/influence_mass", "influence"), ("val/parent_mass", "attention"))
-AUROC = "val/influence_auroc"  # the influence map's ranking of the parents, beside its mass
+CURVES = (("val/intervention_mass", "intervention"), ("val/influence_mass", "influence"),
+          ("val/parent_mass", "attention"))
+MAPS = ("intervention", "influence")  # the curves of a map of any mixer: rise from the
+# no-preference mass, with the parents' AUROC beside (bench.training.influence); the verdicts
+# read the intervention map, the gradient (influence) map stays beside it
 
 
 def rise_step(curves: dict[str, list[float]], key: str, falls: bool = False,
@@ -105,7 +111,7 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         if not runs:
             continue
         # an influence curve rises from the no-preference mass where its start is lower
-        evens = [even_mass(r.get("attention_target")) if label == "influence" else math.nan
+        evens = [even_mass(r.get("attention_target")) if label in MAPS else math.nan
                  for r in runs]
         rises = [rise_step(r["curves"], key, floor=e if math.isfinite(e) else -math.inf)
                  for r, e in zip(runs, evens)]
@@ -121,7 +127,8 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         to_half = [a - b for a, b in halves if a is not None and b is not None]
         half = _lags(to_half, eval_every)
         ends = [_ends(r["curves"][key]) for r in runs]
-        aurocs = [_ends(r["curves"].get(AUROC, [])) for r in runs] if label == "influence" else []
+        aurocs = ([_ends(r["curves"].get(f"val/{label}_auroc", [])) for r in runs]
+                  if label in MAPS else [])
         censored = [rise for rise, r in zip(rises, runs) if r["status"] != "emerged"]
         out.append({"curve": label, "seeds": len(runs), "emerged": len(emerged),
                     "risen": len(risen), "median_lag": lag[0], "lag_low": lag[1],
@@ -185,8 +192,9 @@ def _num(x: float, digits: int = 2) -> str:
 
 
 LAG_NOTE = (
-    "Alignment rise: the first evaluation at which the pattern curve (influence: the "
-    "influence map's mass on the parents, any mixer; attention: the attention mass on "
+    "Alignment rise: the first evaluation at which the pattern curve (intervention: the "
+    "intervention map's mass on the parents, any mixer, what the verdicts read; influence: "
+    "the gradient map's, any mixer; attention: the attention mass on "
     "the parents) has covered half its rise from step 0 to its maximum (none below a "
     f"rise of {MIN_RISE}). Lag = rise - emergence step over the emerged seeds "
     "(negative: the pattern led); interval: order statistics, >= 95% coverage; "
@@ -199,13 +207,13 @@ LAG_NOTE = (
     "over every seed, emerged or not, where both rose: median [interval] (seeds), and "
     "the share within one evaluation). Over every "
     "seed, emerged or not: the curve at step 0 -> at the last evaluation (medians), the "
-    "influence mass of a map with no preference (every row spread evenly over the "
-    "earlier positions; an influence curve's rise is measured from this level where its "
+    "mass of a map with no preference (every row spread evenly over the "
+    "earlier positions; a map's curve rises from this level where its "
     "start is lower: a mixer whose output projections start at zero has no influence on "
     "earlier positions at step 0), and how many seeds that never emerged rose all the "
-    "same (a pattern learned without the capability). Parents' AUROC (influence "
+    "same (a pattern learned without the capability). Parents' AUROC (the maps "
     "only): the AUROC of the parents against the other candidates (the positions a "
-    "parent could be at: on a state task, the previous state's tokens) by the influence "
+    "parent could be at: on a state task, the previous state's tokens) by the "
     "map, step 0 -> last evaluation (medians over every seed): 0.5 ranks the parents no "
     "higher than the rest, 1 puts them above every other candidate; a map can rank them "
     "first while spreading most of its mass elsewhere.")
@@ -236,7 +244,7 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              _num(m["half_coincide"]),
                              f"{_num(m['start'])} -> {_num(m['end'])}", _num(m["even"]),
                              f"{_num(m['auroc_start'])} -> {_num(m['auroc_end'])}"
-                             if m["curve"] == "influence" else "-",
+                             if m["curve"] in MAPS else "-",
                              f"{m['censored_risen']}/{m['censored']}"])
         p = patch_summary(row)
         if p:
@@ -265,9 +273,10 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
-    """Per row, the median emerger's influence maps before and at emergence beside the ground
-    truth (scored rows only; a row where no seed emerged: its closest seed's first and last
-    maps); False when no run kept maps."""
+    """Per row, the median emerger's maps before and at emergence (the gradient map and the
+    intervention map, where the run kept it) beside the ground truth (scored rows only; a row
+    where no seed emerged: its closest seed's first and last maps), each panel with its
+    colour scale; False when no run kept maps."""
     from ..training.reports import pyplot
     from .plots import _save, representative
 
@@ -277,31 +286,46 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     if not shown:
         return False
     plt = pyplot()
-    fig, grid = plt.subplots(len(shown), 3, figsize=(10, 2.8 * len(shown)), squeeze=False)
+    fig, grid = plt.subplots(len(shown), 5, figsize=(16, 2.9 * len(shown)), squeeze=False)
     for (row, run), axes in zip(shown, grid):
-        inf = run["influence"]
-        steps, maps = inf["steps"], inf["maps"]
         em = run["steps_to_emergence"] if run["status"] == "emerged" else None
-        if em is None:  # never emerged: the first map against the last
-            before, at = 0, len(steps) - 1
-        else:
-            at = next((i for i, s in enumerate(steps) if s >= em), len(steps) - 1)
-            before = max(at - 1, 0)
         truth = run["attention_target"]
-        P = len(maps[0])
+        panels = []
+        for key, name in (("influence", "gradient"), ("intervention", "intervention")):
+            kept = run.get(key) or {}
+            if not kept.get("maps"):
+                panels += [(None, f"{name}: not recorded")] * 2
+                continue
+            steps, maps = kept["steps"], kept["maps"]
+            if em is None:  # never emerged: the first map against the last
+                before, at = 0, len(steps) - 1
+            else:
+                at = next((i for i, s in enumerate(steps) if s >= em), len(steps) - 1)
+                before = max(at - 1, 0)
+            last = "" if em is not None else " (last; never emerged)"
+            panels += [(maps[before], f"{name}, step {steps[before]}"),
+                       (maps[at], f"{name}, step {steps[at]}{last}")]
+        inf = run["influence"]
+        P = len(inf["maps"][0])
         scored = inf.get("rows") or (  # runs before the row sample measured every scored row
             [i for i, r in enumerate(truth) if any(r)][:P] or list(range(len(truth) - P,
                                                                          len(truth))))
-        last = "" if em is not None else " (last; never emerged)"
-        panels = [(maps[before], f"step {steps[before]}"), (maps[at], f"step {steps[at]}{last}"),
-                  ([truth[i] for i in scored], "ground truth")]
+        panels.append(([truth[i] for i in scored], "ground truth (parents)"))
         for ax, (m, title) in zip(axes, panels):
-            ax.imshow(m, cmap="viridis", aspect="auto")
             ax.set_title(title, fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
-        axes[0].set_ylabel(f"{row['architecture']}\nseed {run['config']['seed']}", fontsize=7)
-    fig.suptitle("influence maps (scored positions x input positions), before and at emergence",
+            if m is None:
+                ax.axis("off")
+                continue
+            image = ax.imshow(m, cmap="viridis", aspect="auto", vmin=0)
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
+        axes[0].set_ylabel(f"{row['architecture']}\nseed {run['config']['seed']}\n"
+                           "scored position", fontsize=7)
+        for ax in axes:
+            ax.set_xlabel("input position", fontsize=7)
+    fig.suptitle("mixing patterns before and at emergence: each row of a map is a scored "
+                 "position's share of influence over the input positions (rows sum to 1)",
                  fontsize=9)
-    _save(fig, path)
+    _save(fig, path, title_inches=0.35)
     return True

@@ -27,8 +27,9 @@ from .labels import factor_groups
 Row = dict[str, Any]
 
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+def _save(fig, path: Path, title_inches: float = 0.0) -> None:
+    """Lay out and write `fig`, keeping `title_inches` at the top for its suptitle."""
+    fig.tight_layout(rect=(0, 0, 1, 1 - title_inches / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     pyplot().close(fig)
 

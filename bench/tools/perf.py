@@ -12,10 +12,10 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
   eval_every steps)): the screened evaluation a run makes at almost every cadence point
   (`train.screen_size` sequences, analysis included), and a whole one (made only at step 0, at
   the end and where the outcome could turn on it);
-- the share of the analysis within it: the influence map and the attention statistics' own
-  arithmetic (recording the maps inside the forward pass counts as evaluation); the influence
-  map is timed at every evaluation of the stretch and counted 1/k, as it comes every k-th
-  evaluation at the default cadence (train.influence_every);
+- the share of the analysis within it: the mixing-pattern maps (gradient and intervention)
+  and the attention statistics' own arithmetic (recording the attention inside the forward pass
+  counts as evaluation); the maps are timed at every evaluation of the stretch and counted 1/k,
+  as they come every k-th evaluation at the default cadence (train.influence_every);
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
 - per mixer, the exponent of step time against sequence length (a log-log fit over the lengths);
@@ -389,7 +389,7 @@ def to_markdown(report: dict[str, Any]) -> str:
               "cadence point (`train.screen_size` held-out sequences and half as many training "
               "ones, at most 8,192 tokens' worth or an eighth of the sequences trained between "
               "two evaluations: 'screen rows'), analysis included, as a share "
-              "of wall time; analysis: its influence map "
+              "of wall time; analysis: its gradient and intervention maps "
               "(counted 1/k, made every k-th evaluation: 'map every') and attention statistics; "
               "whole eval: the full set, made at step 0, at the end and where the outcome could "
               f"turn on it; seeds/h (est.): jobs of {JOB_STEPS:,} steps per hour in one process "

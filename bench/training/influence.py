@@ -15,6 +15,21 @@ in-context task, every earlier position), ranked by influence within a row: 0.5 
 1 every parent above every other candidate. Both are means over the scored rows that have
 parents and other candidates. A fixed pattern is compared with the mean map; a per-sequence one
 (a copied segment's source, a key's value) with each sequence's own map.
+
+**The intervention map** measures the same thing without gradients: I[p, q] is the mean total
+variation distance between the model's predicted distributions at scored position p before and
+after the token at input position q is replaced, over held-out sequences and replacements, each
+row normalised to sum to 1. A replacement at q is another value the task's own sequences take
+there (`SequenceTask.replacement_values`): every other value where there are at most
+`values` of them (a flip on binary states), else `values` of them drawn without repetition,
+fixed for the run (so maps at different steps differ only by the model). Forward passes only,
+copies of the evaluation sequences batched together. Where the gradient map is local and
+first-order (a target that is an XOR of two parents, or a saturated output, can have zero
+gradient at its parents), the intervention map sees any dependence that changes the
+prediction; the mechanism verdicts read it (docs/guide.md). Total variation rather than the
+change in the answer's log-probability: it sees a change of the prediction that leaves the
+answer's probability alone, and it is bounded (a confident model's log-probability moves by
+tens where nothing of the prediction changed).
 """
 
 from __future__ import annotations
@@ -24,6 +39,8 @@ from torch import nn
 from torchmetrics.functional.classification import binary_auroc
 
 TOKEN_BUDGET = 1 << 16  # input tokens per forward-backward pass
+REPLACEMENTS = 4  # replacement values per position where a position takes more
+FORWARD_SHARE = 3  # a forward pass costs about a third of a forward-backward one
 SHARE = 0.05  # the automatic cadence keeps the map's gradient passes within this share of the
 # training sequences between two maps
 
@@ -36,13 +53,16 @@ def row_sample(n_scored: int, rows: int) -> torch.Tensor:
     return torch.linspace(0, n_scored - 1, rows).round().long().unique()
 
 
-def cadence(size: int, rows: int, eval_every: int, batch_size: int, every: int = 0) -> int:
-    """Every how many evaluations the map is computed: `every`, or with 0 the smallest k whose
-    size x rows gradient passes stay within SHARE of the k x eval_every x batch_size training
-    sequences between two maps."""
+def cadence(size: int, rows: int, eval_every: int, batch_size: int, every: int = 0,
+            replaced: int = 0) -> int:
+    """Every how many evaluations the maps are computed: `every`, or with 0 the smallest k whose
+    size x rows gradient passes and size x `replaced` forward passes (the intervention map's
+    copies, a third of the cost each) stay within SHARE of the k x eval_every x batch_size
+    training sequences between two maps."""
     if every:
         return every
-    return max(1, -(-size * rows // max(1, int(SHARE * eval_every * batch_size))))
+    cost = size * rows + -(-size * replaced // FORWARD_SHARE)
+    return max(1, -(-cost // max(1, int(SHARE * eval_every * batch_size))))
 
 
 def influence_map(model: nn.Module, embed: nn.Module, tokens: torch.Tensor,
@@ -89,6 +109,64 @@ def _grad_norms(model: nn.Module, embed: nn.Module, tokens: torch.Tensor, target
     picked = logits[row, at, targets.repeat(n, 1)[row, at]].float().sum()
     (grad,) = torch.autograd.grad(picked, leaf["e"])  # (n*b, L, D)
     return grad.float().norm(dim=-1).view(n, b, L)
+
+
+def replacement_plan(inputs: torch.Tensor, valid: torch.Tensor, upto: int,
+                     values: int = REPLACEMENTS,
+                     seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The intervention map's replacements for the sequences `inputs` (N, L): positions (M,)
+    and the value each sequence takes there (M, N), R_q rows for each input position q <
+    `upto` (every position a causal mixer lets the measured rows read). `valid` (L, V) bool:
+    the values position q may take (`SequenceTask.replacement_values`). R_q = min(`values`,
+    fewest alternatives to a sequence's own token at q), each sequence's R_q values distinct
+    and other than its own token, drawn from a generator seeded by `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    inputs, valid = inputs.cpu(), valid.cpu()
+    positions, replaced = [], []
+    for q in range(min(upto, inputs.shape[1])):
+        other = valid[q].expand(len(inputs), -1).clone()  # (N, V)
+        other[torch.arange(len(inputs)), inputs[:, q]] = False
+        r = min(values, int(other.sum(-1).min()))
+        if r < 1:
+            continue
+        scores = torch.rand(other.shape, generator=gen).masked_fill(~other, -1.0)
+        drawn = scores.topk(r, dim=-1).indices  # (N, r): distinct, each an alternative
+        positions += [q] * r
+        replaced.append(drawn.T)
+    if not replaced:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, len(inputs), dtype=torch.long)
+    return torch.tensor(positions), torch.cat(replaced)
+
+
+@torch.no_grad()
+def intervention_map(model: nn.Module, inputs: torch.Tensor, rows: torch.Tensor,
+                     positions: torch.Tensor, values: torch.Tensor,
+                     per_sequence: bool = False) -> torch.Tensor:
+    """(P, L) intervention map of `model` (token ids (B, L) -> logits (B, L, V)) at the input
+    positions `rows` (P,), mean over the N sequences `inputs` (N, L), rows normalised; with
+    `per_sequence`, (N, P, L). `positions` (M,) and `values` (M, N) are the replacements
+    (`replacement_plan`): copy m of the sequences holds values[m] at positions[m]. I[p, q] is
+    the total variation distance between the predictions at p with and without the
+    replacement, averaged over q's replacements (zero where q has none)."""
+    N, L = inputs.shape
+    positions, values = positions.to(inputs.device), values.to(inputs.device)
+    base = model(inputs)[:, rows].float().softmax(-1)  # (N, P, V)
+    change = torch.zeros(N, len(rows), L, device=inputs.device)
+    for chunk in torch.arange(len(positions), device=inputs.device).split(
+            max(1, TOKEN_BUDGET // (N * L))):
+        c, pos = len(chunk), positions[chunk]
+        copies = inputs.repeat(c, 1).view(c, N, L)
+        copies[torch.arange(c, device=inputs.device), :, pos] = values[chunk]
+        probs = model(copies.view(c * N, L))[:, rows].float().softmax(-1).view(c, N, -1,
+                                                                              base.shape[-1])
+        tv = 0.5 * (probs - base).abs().sum(-1)  # (c, N, P)
+        change.index_add_(2, pos, tv.permute(1, 2, 0))
+    count = torch.zeros(L, device=inputs.device).index_add_(
+        0, positions, torch.ones(len(positions), device=inputs.device))
+    change = change / count.clamp_min(1)
+    if not per_sequence:
+        change = change.mean(0)
+    return change / change.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
 def alignment(influence: torch.Tensor, pattern: torch.Tensor, scored: torch.Tensor,

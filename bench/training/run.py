@@ -283,6 +283,8 @@ def summarise_run(
         "learned_patterns": patterns,
         "influence": influence_summary(module.influence_maps, tracker,
                                        module.scored[module.influence_rows].tolist()),
+        "intervention": influence_summary(module.intervention_maps, tracker,
+                                          module.scored[module.influence_rows].tolist()),
         "attention_target": task.attention_target().tolist()
         if patterns or module.influence_maps else None,
         "wall_time_s": wall,

@@ -155,5 +155,14 @@ def test_the_influence_figure_shows_a_row_that_never_emerged(tmp_path, monkeypat
                          "maps": [[[0.5, 0.5, 0], [0.3, 0.3, 0.4]]] * 3}}
     assert influence_figure(tmp_path / "influence.png", [{"architecture": "gdn", "runs": [run]}])
     assert (tmp_path / "influence.png").stat().st_size > 1000
-    titles = [ax.get_title() for ax in drawn[0].axes]
-    assert titles == ["step 0", "step 400 (last; never emerged)", "ground truth"]
+    titles = [ax.get_title() for ax in drawn[0].axes if ax.get_title()]  # not the colour bars
+    assert titles == ["gradient, step 0", "gradient, step 400 (last; never emerged)",
+                      "intervention: not recorded", "intervention: not recorded",
+                      "ground truth (parents)"]
+    assert len(drawn[0].axes) == 5 + 3  # a colour scale beside every drawn map
+    run["intervention"] = {"steps": [0, 400], "rows": [1, 2],
+                           "maps": [[[0.1, 0.9, 0], [0.5, 0.5, 0.0]]] * 2}
+    drawn.clear()
+    assert influence_figure(tmp_path / "influence.png", [{"architecture": "gdn", "runs": [run]}])
+    titles = [ax.get_title() for ax in drawn[0].axes if ax.get_title()]
+    assert titles[2:4] == ["intervention, step 0", "intervention, step 400 (last; never emerged)"]

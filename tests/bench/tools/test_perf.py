@@ -73,8 +73,10 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
         assert 0 < r["whole_eval_share"] < 1
         # at batch 4 the screen is an eighth of the 200 sequences between two evaluations
         assert r["screen_rows"] == (128 + 64 if r["size"] == "quickstart" else 25 + 12)
-        # the map's 16 x 8 passes: 5% of 50 steps x 64 sequences hold them; of 50 x 4, 1/13
-        assert r["influence_every"] == (1 if r["size"] == "quickstart" else 13)
+        # the maps: 16 x 8 gradient passes and 16 x (L flips) copies at a third each, against
+        # 5% of 50 steps x 64 sequences = 160 (quickstart, L = 23: 251, every 2nd) or of 50 x 4
+        # = 10 (L = 31: 294, every 30th; L = 63: 464, every 47th)
+        assert r["influence_every"] == {"quickstart": 2, "32": 30, "64": 47}[r["size"]]
         assert r["lightning_tokens_per_s"] == pytest.approx(
             r["lightning_steps_per_s"] * r["batch_size"] * r["seq_tokens"])
     assert set(report["exponents"]) == {"mlp_mixer"}
