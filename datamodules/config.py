@@ -136,7 +136,7 @@ class StateTaskConfig(TaskConfig):
 class LinearMapConfig(StateTaskConfig):
     SHOWN: ClassVar[tuple[str, ...]] = ("state_size", "sparsity", "n_states")
     DERIVED: ClassVar[dict[str, tuple[str, str]]] = {
-        "supports": ("sparsity", "C(S, s): candidate supports")}
+        "supports": ("state_size", "C(S, s): candidate supports")}  # a series per s
     """supports = C(S, s), the number of candidate sets of parents of a token"""
 
     @classmethod

@@ -21,7 +21,8 @@ from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
-from ..core.stats import SurvivalSummary, finite_median, kaplan_meier
+from ..core.stats import SLOPE_RESAMPLES, SurvivalSummary, finite_median, kaplan_meier, loglog_slope
+from ..sweeps.axes import AxisError, axis_value
 from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
@@ -30,7 +31,7 @@ from .mechanism import influence_figure, mechanism_markdown
 from .warmups import warmup_markdown
 
 COLUMNS = [
-    "task", "architecture", "seeds", "emerged", "diverged", "solve_rate", "median_steps",
+    "task", "architecture", "seeds", "emerged", "diverged", "leaked", "solve_rate", "median_steps",
     "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "width_note",
     "heldout_acc", "train_acc", "gap", "instances", "flagged", "params", "state_per_layer",
     "steps_per_s", "config", "lr", "lr_grid",
@@ -57,6 +58,10 @@ CONVENTIONS = (
     "and result.json say how). State/layer: numbers one layer keeps per sequence to produce "
     "the next token at the task's full length (a recurrent state, or the cache or inputs it "
     "reads again). Config: hash of the row's config less the seed.")
+LEAKED_NOTE = (
+    "Leaked: seeds whose decisive evaluation (step 0, any that could decide emergence, the "
+    "last) changed when the inputs after a cut were scrambled, i.e. the mixer read the "
+    "future: never emerged, censored at the budget, counted beside the solve rate.")
 
 
 def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
@@ -91,6 +96,7 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "seeds": len(runs),
             "emerged": km.events,
             "diverged": sum(r["status"] == "diverged" for r in runs),
+            "leaked": sum(r["status"] == "leaked" for r in runs),
             "solve_rate": km.events / len(runs),
             "median_steps": km.median,
             "median_ci_low": km.ci_low,
@@ -150,7 +156,7 @@ def null_rows(task_row: dict[str, Any]) -> list[dict[str, Any]]:
     """A task's null rows, read off its runs' references (the median over task instances):
     chance, no context, and the Bayes-optimal ceiling where it is short of perfect."""
     refs = [r["references"] for r in task_row["runs"] if r.get("references")]
-    base = {"task": task_row["task"], "seeds": 0, "emerged": 0, "diverged": 0,
+    base = {"task": task_row["task"], "seeds": 0, "emerged": 0, "diverged": 0, "leaked": 0,
             "solve_rate": 0.0, "median_steps": math.inf,
             "config": content_hash(task_row["job_config"]["task"], 10)}
     if not refs:
@@ -195,7 +201,8 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
         instances = f"{r['instances']}" + (f" ({r['flagged']} flagged)" if r["flagged"] else "")
         cells.append([
             r["task"], f"`{r['architecture']}`", *([lr] if lr_column else []),
-            f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})",
+            f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})"
+            + (f", **{r['leaked']} leaked**" if r.get("leaked") else ""),
             f"{steps_text(r['median_steps'], budget)} {ci}",
             f"{steps_text(r['q1_steps'], budget)} to {steps_text(r['q3_steps'], budget)}",
             "-" if math.isnan(r["median_width"]) else f"{r['median_width']:.0f}",
@@ -219,6 +226,8 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     if spec.get("claim"):
         lines += [f"**Claim.** {spec['claim']}", ""]
     lines += [*_table(with_null_rows(rows), grid or tuned), "", CONVENTIONS]
+    if any(r.get("leaked") for r in rows):
+        lines += ["", f"**{LEAKED_NOTE}**"]
     emerged = [run for r in rows for run in r["runs"] if run["status"] == "emerged"]
     refined = sum(1 for run in emerged if run.get("refined_step"))
     if refined:
@@ -260,6 +269,38 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     return "\n".join(lines)
 
 
+def slope_markdown(rows: list[dict[str, Any]], axis: str) -> list[str]:
+    """For a plot against a task's derived axis (a linear map's supports = C(S, s)): the
+    fitted power law of KM median steps on it, with its bootstrap interval over seeds (nothing
+    for other axes, or where the rows lack it)."""
+    from ..sweeps.axes import derived_axis
+
+    if derived_axis(axis) is None:
+        return []
+    cells = []
+    for row in rows:
+        try:
+            x = axis_value(row["job_config"], axis)
+        except AxisError:
+            continue
+        cells.append((x, *survival_sample(row["runs"])))
+    fit = loglog_slope(cells)
+    if not cells:
+        return []
+    name = derived_axis(axis)[1]
+    if math.isnan(fit.slope):
+        return ["", f"**Power law against {name}**: not fitted ({fit.cells} of {fit.of} rows "
+                "have a Kaplan-Meier median; a fit needs two at different values)."]
+    return ["", f"**Power law against {name}**: median steps-to-emergence grow as "
+            f"{axis}^b with b = {fit.slope:.2f} [95% bootstrap interval {fit.low:.2f}, "
+            f"{fit.high:.2f}], the least-squares slope of log KM median on log {axis} over the "
+            f"{fit.cells} of {fit.of} rows whose median is defined (a row with no median, "
+            "most seeds censored, is left out: the slope describes the rows that emerged); "
+            "interval: "
+            f"{SLOPE_RESAMPLES:,} resamples of each row's seeds with replacement, a row whose "
+            "resampled median is undefined leaving that fit."]
+
+
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -285,6 +326,9 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
     summaries = best_lr(every_lr)
     rows = [row for row, _ in summaries]
     tests = tests_markdown(run_tests(spec.get("tests") or [], rows))
+    for axes in spec.get("plots") or []:
+        if len(axes) == 1:
+            tests += slope_markdown(rows, axes[0])
     plots.emergence_curves(out / "emergence.png", title, summaries)
     figures = ["emergence"]
     if spec.get("plots"):

@@ -90,8 +90,8 @@ def _median_or_budget(row: Row) -> tuple[float, bool]:
 
 
 def _factor_lines(left, right, axis: str, groups) -> None:
-    derived = derived_axis(axis)  # e.g. supports = C(S, s): values repeat across series
-    style = {"marker": "o", "ls": "none" if derived else "-"}
+    derived = derived_axis(axis)  # e.g. supports = C(S, s): one series per s, rising with S
+    style = {"marker": "o", "ls": "-"}
     for name, members in groups.items():
         members = sorted(members, key=lambda m: m[0])
         xs = [v[0] for v, _ in members]
@@ -113,6 +113,8 @@ def _factor_lines(left, right, axis: str, groups) -> None:
         ax.set_xlabel(derived[1] if derived else axis)
         if log:
             ax.set_xscale("log", base=2)
+    if derived:  # a power law reads as a line: log steps on log x
+        right.set_yscale("log")
         if not derived:
             ax.set_xticks(values, [f"{v:g}" for v in values])
             ax.minorticks_off()

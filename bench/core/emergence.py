@@ -92,7 +92,7 @@ def check_threshold(criterion: EmergenceCriterion, references: dict[str, dict[st
                          f"context; {allowed}")
 
 
-Status = Literal["running", "emerged", "censored", "diverged"]
+Status = Literal["running", "emerged", "censored", "diverged", "leaked"]
 
 
 @dataclass
@@ -163,6 +163,12 @@ class EmergenceTracker:
             return True
         return (self.progress(screened)
                 >= self.progress(self.criterion.threshold) - SCREEN_MARGIN)
+
+    def leak(self, step: int) -> Status:
+        """A decisive evaluation at `step` changed when the future was scrambled: the run read
+        inputs it must not, so it never emerged whatever its accuracy (`leaked`, final)."""
+        self.status, self.step, self._streak, self._streak_start = "leaked", step, 0, None
+        return self.status
 
     def finish(self, budget_step: int) -> Status:
         """Close the run: still running at the end of the budget means censored."""

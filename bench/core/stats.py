@@ -321,3 +321,66 @@ def spearman(a: list[float], b: list[float]) -> tuple[float, float]:
     res = stats.permutation_test((ra,), rho, permutation_type="pairings", vectorized=True,
                                  n_resamples=9999 if len(a) > 9 else math.inf, random_state=0)
     return float(stats.spearmanr(a, b).statistic), float(res.pvalue)
+
+
+SLOPE_RESAMPLES = 2000
+
+
+def km_median(t: np.ndarray, e: np.ndarray) -> float:
+    """The Kaplan-Meier median alone (as `kaplan_meier(...).median`, without its band): the
+    product-limit curve over the distinct event times, read by `quantile_time`."""
+    if not e.any():
+        return math.inf
+    grid = np.unique(t[e])
+    at_risk = (t[None, :] >= grid[:, None]).sum(1)
+    events = ((t[None, :] == grid[:, None]) & e[None, :]).sum(1)
+    return quantile_time(grid, np.cumprod(1 - events / at_risk), 0.5, float(t.max()))
+
+
+@dataclass
+class Slope:
+    slope: float
+    low: float
+    high: float
+    cells: int  # cells whose KM median is defined (the fit's points)
+    of: int  # cells offered
+
+
+def loglog_slope(cells: list[tuple[float, list[float], list[bool]]],
+                 resamples: int = SLOPE_RESAMPLES, seed: int = 0) -> Slope:
+    """The least-squares slope b of log(KM median steps) on log(x) over the cells (x, times,
+    emerged) whose median is defined (steps grow as x^b), with a percentile bootstrap interval
+    (95%) over seeds: each resample draws every cell's seeds with replacement, and a cell whose
+    resampled median is undefined drops out of that fit (a fit needs two distinct x). NaN where
+    fewer than two cells have a median."""
+    def fit(points: list[tuple[float, float]]) -> float:
+        xs = np.log([x for x, _ in points])
+        if len(points) < 2 or np.ptp(xs) == 0:
+            return math.nan
+        return float(np.polyfit(xs, np.log([m for _, m in points]), 1)[0])
+
+    def medians(samples) -> list[tuple[float, float]]:
+        out = []
+        for x, times, emerged in samples:
+            m = km_median(np.asarray(times, float), np.asarray(emerged, bool))
+            if math.isfinite(m) and m > 0:
+                out.append((x, m))
+        return out
+
+    points = medians(cells)
+    slope = fit(points)
+    if math.isnan(slope):
+        return Slope(math.nan, math.nan, math.nan, len(points), len(cells))
+    rng = np.random.default_rng(seed)
+    arrays = [(x, np.asarray(t, float), np.asarray(e, bool)) for x, t, e in cells]
+    draws = []
+    for _ in range(resamples):
+        sample = []
+        for x, t, e in arrays:
+            pick = rng.integers(0, len(t), len(t))
+            sample.append((x, t[pick], e[pick]))
+        b = fit(medians(sample))
+        if math.isfinite(b):
+            draws.append(b)
+    low, high = np.percentile(draws, [2.5, 97.5]) if draws else (math.nan, math.nan)
+    return Slope(slope, float(low), float(high), len(points), len(cells))

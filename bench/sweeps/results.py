@@ -2,7 +2,8 @@
 lock that keeps one live sweep per directory.
 
 A row is created `pending` when its sweep first lists it, becomes `running` when a worker claims
-it, and ends `emerged`, `censored`, `diverged` (the run's outcome) or `failed` (the job raised).
+it, and ends `emerged`, `censored`, `diverged`, `leaked` (the run's outcome) or `failed` (the job
+raised).
 Each change is one transaction, so a process killed at any moment leaves every row either as it
 was or as it became. Several processes may write at once (WAL journal, busy timeout).
 
@@ -27,7 +28,7 @@ from ..core.errors import ConfigError
 
 APPLICATION_ID = 0x454D4231  # "EMB1"
 SCHEMA_VERSION = 1
-FINISHED = ("emerged", "censored", "diverged")
+FINISHED = ("emerged", "censored", "diverged", "leaked")
 STATUSES = ("pending", "running", *FINISHED, "failed")
 
 SCHEMA = """

@@ -235,8 +235,12 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                     for j, pre in enumerate(warmups):
                         for lr in lrs:
                             train = {**spec.train, **({"lr": lr} if lr is not None else {})}
+                            # built once per row (resolving a config is ~0.1 s of OmegaConf),
+                            # the other seeds by replacement, which validates the seed again
+                            first = _job(task, arch, train, spec, seeds[0], where, pre, j)
                             for seed in seeds:
-                                job = _job(task, arch, train, spec, seed, where, pre, j)
+                                job = first if seed == seeds[0] else dataclasses.replace(
+                                    first, seed=seed)
                                 jobs.append(job)
                                 if where.startswith("archs"):
                                     board.append(job)

@@ -58,5 +58,10 @@ class EmergenceCallback(Callback):
             value = math.nan
         value = trainer.strategy.broadcast(value, src=0)  # every rank takes rank 0's decision
         status = self.tracker.update(trainer.global_step, value, time.perf_counter() - self._t0)
-        if status == "diverged" or (status == "emerged" and self.tracker.criterion.stop_early):
+        leaked = bool(trainer.strategy.reduce_boolean_decision(
+            getattr(pl_module, "leaked", False), all=False))  # a leak on any rank
+        if leaked:
+            status = self.tracker.leak(trainer.global_step)
+        if status in ("diverged", "leaked") or (status == "emerged"
+                                                and self.tracker.criterion.stop_early):
             trainer.should_stop = True

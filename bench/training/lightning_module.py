@@ -36,6 +36,7 @@ from .influence import (
 ATTENTION_ENTRIES = 1 << 20  # attention probabilities per head an evaluation records
 ATTENTION_MIN_ROWS = 2  # sequences, however long
 MAPS = ("influence", "intervention")  # the mixing patterns every run records, any mixer
+LEAK_CUTS = 2  # cuts per decisive evaluation whose later inputs are scrambled (leak_check)
 
 
 def attention_rows(seq_len: int) -> int:
@@ -69,15 +70,20 @@ class EmergenceModule(L.LightningModule):
         self.register_buffer("influence_rows", row_sample(len(scored), train.influence_rows),
                              persistent=False)
         # the intervention map replaces every position the measured rows can read
-        self.replaceable = task.replacement_values() if train.influence_size else None
+        self.replaceable = task.replacement_values()  # (L, V): the maps' and leak check's
         upto = int(scored[self.influence_rows].max()) + 1 if len(scored) else 0
-        replaced = 0 if self.replaceable is None else int(
+        replaced = 0 if not train.influence_size else int(
             (self.replaceable[:upto].sum(-1) - 1).clamp(0, REPLACEMENTS).sum())
         self.replacements: tuple[torch.Tensor, torch.Tensor] | None = None  # at first use
         self.influence_every = cadence(train.influence_size, len(self.influence_rows),
                                        train.eval_every, train.batch_size, train.influence_every,
                                        replaced)
         self.skip_from: int | None = None  # this evaluation stops at this chunk (a screen)
+        # the first chunk of this evaluation as it was scored: (batch, logits, recorded), for
+        # the scrambled-future recomputation at a decisive evaluation (leak_check)
+        self.first_chunk: tuple[Batch, torch.Tensor, bool] | None = None
+        self.leaked = False  # a decisive evaluation changed with the future scrambled
+        self.leak_s = 0.0  # seconds of those recomputations (bench perf reads it)
         self.analysis_s = 0.0  # seconds of analysis arithmetic (bench perf reads it)
         self.influence_s = 0.0  # of which the influence maps
         # not a registered submodule: the compiled wrapper shares the model's parameters
@@ -137,6 +143,8 @@ class EmergenceModule(L.LightningModule):
         # screen): a fixed subset every evaluation, no (H, L, L) maps for the rest of the set
         stats = batch_idx == 0 and bool(self.attention)
         logits, targets = self.eval_logits(batch, stats)  # (B, P, V), (B, P)
+        if batch_idx == 0:
+            self.first_chunk = (batch, logits, stats)
         B, S = targets.shape[0], self.group_size
         counted = batch.counted.index_select(1, self.scored)  # (B, P)
         preds = logits.argmax(-1)
@@ -176,7 +184,13 @@ class EmergenceModule(L.LightningModule):
         `influence_every`-th evaluation, the influence and intervention maps of every mixer
         (bench.training.influence) on the first `train.influence_size` held-out sequences and
         the sampled rows, with their alignment with the ground truth."""
-        self.log("val/full", float(self.skip_from is None), batch_size=1)
+        full = self.skip_from is None
+        self.log("val/full", float(full), batch_size=1)
+        if full and self.first_chunk is not None:  # a decisive evaluation: never leaked
+            start = time.perf_counter()
+            self.leaked = self.leaked or self.leak_check(*self.first_chunk)
+            self.leak_s += time.perf_counter() - start
+        self.first_chunk = None
         n = self.train_config.influence_size
         if not n:
             return
@@ -215,6 +229,32 @@ class EmergenceModule(L.LightningModule):
                           batch_size=len(held))
         self.influence_s += time.perf_counter() - start
         self.analysis_s += time.perf_counter() - start
+
+    def leak_check(self, batch: Batch, logits: torch.Tensor, recorded: bool) -> bool:
+        """Whether the scored logits of `batch` (the evaluation's first chunk, as scored:
+        `logits`) change when every input after a cut is replaced by random values the task's
+        sequences take there: recomputed as the evaluation computed them (mode, grad setting,
+        batch size, length, the recorded split), at LEAK_CUTS cuts among the scored positions
+        drawn afresh at each step; every scored position at or before a cut must be
+        bit-identical. A check of the outputs that count, so a mixer that reads the future only
+        sometimes (after many calls, at random, at one batch size) is caught where it did."""
+        inputs, L = batch.inputs, batch.inputs.shape[1]
+        scored = self.scored[self.scored < L - 1]  # a cut at the last position hides nothing
+        if not len(scored):
+            return False
+        gen = torch.Generator().manual_seed(self.task.instance_seed + self.global_step)
+        cuts = scored[torch.randperm(len(scored), generator=gen)[:LEAK_CUTS].sort().values.cpu()]
+        valid = self.replaceable.float()  # (L, V)
+        for cut in cuts.tolist():
+            later = torch.multinomial(valid[cut + 1:], len(inputs), replacement=True,
+                                      generator=gen).T.to(inputs.device)  # (B, L - cut - 1)
+            scrambled = inputs.clone()
+            scrambled[:, cut + 1:] = later
+            again, _ = self.eval_logits(Batch(scrambled, batch.targets), recorded)
+            keep = self.scored <= cut
+            if not torch.equal(again[:, keep], logits[:, keep]):
+                return True
+        return False
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         for name in MAPS:  # a resumed run keeps the earlier ones

@@ -39,7 +39,7 @@ from .config import RunConfig, build_run_task
 from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
-from .pretrain import check_pretrain, read_record, warm_up
+from .pretrain import check_pretrain, pretrain_task, read_record, warm_up
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
             "fla-core", "triton", "mamba-ssm")
@@ -152,8 +152,12 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     run_dir = Path(run_dir)
     check_memory(cfg)  # before anything is allocated
     task = build_run_task(cfg)
-    try:  # a mixer that breaks the contract is rejected before anything trains or is written
-        check_mixer(cfg.arch, task.seq_len, (cfg.train.batch_size,))
+    # a mixer that breaks the contract is rejected before anything trains or is written, at
+    # every length the run calls it at (a warm-up's too)
+    lengths = dict.fromkeys([task.seq_len, *([pretrain_task(cfg).seq_len] if cfg.pretrain else [])])
+    try:
+        for length in lengths:
+            check_mixer(cfg.arch, length, (cfg.train.batch_size,))
     except ContractError as e:
         raise ConfigError(f"arch.name: {e}") from None
     check_pretrain(cfg)
@@ -245,7 +249,9 @@ class RunRecorder(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._t0 = time.perf_counter() - self._before
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # fit's end, not training's: a run stopped at step 0 (a leak found by the first
+        # evaluation) never starts its training loop, and still gets its result
         self.tracker.finish(self.cfg.train.max_steps)
         if trainer.is_global_zero:
             wall = time.perf_counter() - self._t0

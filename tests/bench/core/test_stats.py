@@ -148,3 +148,30 @@ def test_spearman_p_is_scipys_permutation_test_with_ties(n):
                                 permutation_type="pairings", random_state=0,
                                 n_resamples=9999 if n > 9 else math.inf).pvalue
     assert spearman(a, b) == (spearmanr(a, b).statistic, expected)
+
+
+def test_the_km_median_alone_is_the_full_summary_s_median():
+    from bench.core.stats import km_median
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n = int(rng.integers(1, 12))
+        t, e = rng.integers(1, 20, n) * 50.0, rng.random(n) < 0.7
+        assert km_median(t, e) == kaplan_meier(list(t), list(e)).median
+
+
+def test_the_power_law_slope_is_recovered_with_its_interval():
+    from bench.core.stats import loglog_slope
+
+    rng = np.random.default_rng(0)
+    cells = [(c, list(30 * c ** 1.5 * rng.lognormal(0, 0.2, 8)), [True] * 8)
+             for c in (8, 16, 28, 66, 120)]
+    hopeless = (276, [24000.0] * 8, [False] * 8)  # no median: left out, counted
+    fit = loglog_slope([*cells, hopeless], resamples=400)
+    assert (fit.cells, fit.of) == (5, 6)
+    assert abs(fit.slope - 1.5) < 0.1 and fit.low < fit.slope < fit.high
+    assert fit.low > 1.3 and fit.high < 1.7
+    flat = loglog_slope([(c, [500.0] * 4, [True] * 4) for c in (8, 16, 32)], resamples=50)
+    assert fit.slope > 1 and abs(flat.slope) < 1e-9  # difficulty that does not grow: slope 0
+    lone = loglog_slope([cells[0], hopeless])
+    assert math.isnan(lone.slope) and lone.cells == 1
