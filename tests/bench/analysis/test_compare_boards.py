@@ -10,7 +10,10 @@ from bench.analysis.compare import prepare
 from bench.sweeps.results import ResultsDB
 from bench.sweeps.spec import load_spec
 
-BOARDS = sorted(Path("leaderboards").glob("*.yaml"))
+# every committed board: a spec whose results are committed with their table (a board still
+# running has only its growing results.sqlite, and nothing to compare against yet)
+BOARDS = sorted(p for p in Path("leaderboards").glob("*.yaml")
+                if (p.with_suffix("") / "leaderboard.md").exists())
 NEW = {"plug-in": ["arch.name=examples.custom_mixer:CausalConvMixer", "arch.kernel_size=4"],
        "built-in": ["arch.name=transformer", "arch.d_model=48", "arch.n_layers=1",
                  "arch.n_heads=3", "arch.head_dim=16"]}
