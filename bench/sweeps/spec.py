@@ -281,7 +281,7 @@ def check_tasks(jobs: list[RunConfig]) -> None:
     before anything is written."""
     from ..training.config import build_run_task
     from ..training.memory import check_memory
-    from ..training.pretrain import check_pretrain
+    from ..training.pretrain import check_pretrain, pretrain_task
 
     sized = set()
     for job in jobs:
@@ -296,11 +296,15 @@ def check_tasks(jobs: list[RunConfig]) -> None:
         if key not in seen:
             seen.add(key)
             build_run_task(job)
-        if job.pretrain is not None:  # its instance (per seed) and its transfer set
-            key = (repr(job.pretrain), repr(job.arch), repr(job.task), job.seed)
-            if key not in seen:
-                seen.add(key)
-                check_pretrain(job)
+        if job.pretrain is not None:  # its instance (per seed), then its transfer set
+            instance = ("pretrain", repr(job.pretrain.task), job.seed, repr(job.train))
+            transfer = ("transfer", repr(job.pretrain), repr(job.arch), repr(job.task))
+            if instance not in seen:
+                seen.add(instance)
+                pretrain_task(job)
+            if transfer not in seen:
+                seen.add(transfer)
+                check_pretrain(job, instance=False)
 
 
 def check_plot_axes(plots: list[list[str]], configs: list[dict[str, Any]]) -> None:

@@ -75,13 +75,16 @@ def pretrain_task(cfg: RunConfig) -> Any:
     return task_instance(cfg.pretrain.task, cfg.train, cfg.seed, "pretrain.task.")
 
 
-def check_pretrain(cfg: RunConfig) -> None:
-    """Before anything is written: the warm-up task builds, and the transfer set names
-    parameters of matching shapes (checked on models built on the meta device: no memory)."""
+def check_pretrain(cfg: RunConfig, instance: bool = True) -> None:
+    """Before anything is written: the warm-up task builds (unless `instance` is False: a
+    sweep checks each warm-up instance once, whatever the architecture), and the transfer set
+    names parameters of matching shapes (checked on models built on the meta device: no
+    memory)."""
     if cfg.pretrain is None:
         return
     pre = cfg.pretrain
-    pretrain_task(cfg)
+    if instance:
+        pretrain_task(cfg)
     with torch.device("meta"):
         source = Backbone(cfg.arch, pre.task.vocab, pre.task.seq_len,
                           torch.zeros(pre.task.seq_len, pre.task.seq_len))
