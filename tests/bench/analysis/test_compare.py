@@ -58,3 +58,19 @@ def test_bad_comparisons_are_one_line_and_write_nothing(board, cli, tmp_path):
         lines = captured.err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and message in lines[0], lines
         assert not out.exists()
+
+
+def test_a_leaking_plug_in_compared_against_a_board_ends_leaked(board, cli, tmp_path,
+                                                                monkeypatch):
+    import architectures
+    from tests.bench.training.test_leak_check import AfterManyCalls
+
+    monkeypatch.setattr(architectures, "ARCHITECTURES", dict(architectures.ARCHITECTURES))
+    architectures.register("leaky_after_many_calls", AfterManyCalls)
+    out = tmp_path / "cmp"
+    code, captured = cli("compare", "arch.name=leaky_after_many_calls", "arch.d_model=32",
+                         "--against", str(board), "--out", str(out), "--no-progress")
+    assert code == 0, captured.err
+    table = (out / "leaderboard.md").read_text()
+    assert "0/2 (0%), **2 leaked**" in table  # on the table, never as emerged
+    assert "the mixer read the future" in table
