@@ -261,6 +261,8 @@ def read_yaml_mapping(path: Path | str, where: str, missing: str, shape: str) ->
         raw = OmegaConf.load(path)
     except (OmegaConfBaseException, ValueError, yaml.YAMLError) as e:  # syntax, encoding
         raise ConfigError(f"{where}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
+    except OSError:  # OmegaConf refuses a file that holds a bare scalar (`42`)
+        raise ConfigError(f"{where}: {shape}") from None
     if not OmegaConf.is_dict(raw):
         raise ConfigError(f"{where}: {shape}")
     return raw
@@ -294,6 +296,12 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
         import_plugins(list(plugins))
     except ContractError as e:
         raise ConfigError(f"plugins: {e}") from None
+    for section in ("task", "arch", "train", "emergence", "trainer"):
+        value = raw.get(section)
+        if value is not None and not OmegaConf.is_dict(value):
+            kind = "a list" if OmegaConf.is_list(value) else repr(value)
+            raise ConfigError(f"{section}: must be a mapping of fields ({section}.FIELD=VALUE), "
+                              f"got {kind}")
     task = _registered(raw, "task", "linear_map")
     arch = _registered(raw, "arch", "transformer")
     train = build_section(TrainConfig, raw.get("train"), "train")

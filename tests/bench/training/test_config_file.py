@@ -23,7 +23,12 @@ def test_config_file_overrides_win_and_the_printed_config_round_trips(cli, tmp_p
 def test_a_bad_config_file_is_one_line(cli, tmp_path):
     (tmp_path / "list.yaml").write_text("- task\n")
     (tmp_path / "bad.yaml").write_text("train: {lr: -1}\n")
+    (tmp_path / "scalar.yaml").write_text("42\n")
+    (tmp_path / "section.yaml").write_text("task: [1, 2]\n")
     for name, message in (("missing.yaml", "no such file"), ("list.yaml", "must be a mapping"),
-                          ("bad.yaml", "train.lr: must be in (0, 1e+06], got -1")):
+                          ("bad.yaml", "train.lr: must be in (0, 1e+06], got -1"),
+                          ("scalar.yaml", "must be a mapping of sections"),
+                          ("section.yaml", "task: must be a mapping of fields "
+                                           "(task.FIELD=VALUE), got a list")):
         code, captured = cli("run", "--config", str(tmp_path / name))
         assert code == 2 and message in captured.err and len(captured.err.splitlines()) == 1
