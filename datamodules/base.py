@@ -37,6 +37,7 @@ TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM, REPLACE_STREAM = 0, 1,
 REPLACEMENT_SAMPLE = 1024  # sequences whose tokens say which values a position takes
 EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's whole set is one)
 REFERENCE_FLOATS = 1 << 24  # posterior entries per chunk when the references are computed
+MAX_REFERENCE_FLOATS = 1 << 32  # posterior entries in all (a few seconds per 2^30 on a CPU)
 SCREEN_TOKENS = 1 << 13  # a screen's held-out sequences hold at most this many tokens (long
 SCREEN_MIN_ROWS = 16  # sequences hold many scored positions each), but never fewer than 16
 MAX_ROUNDS = 64  # rejection rounds before a sampler gives up with a clear error
@@ -299,6 +300,12 @@ class SequenceTask(L.LightningDataModule):
             right = (truth == majority).view(N, -1, G).all(-1).flatten()[groups]
             # the Bayes-optimal predictor, in chunks of rows: a posterior is (rows, P, V), and a
             # task may build (rows, L, V) on the way (induction's votes per source), so L bounds it
+            if N * P * V > MAX_REFERENCE_FLOATS:  # minutes of arithmetic, not a hang
+                raise ValueError(
+                    f"vocab: the Bayes-optimal reference needs {N:,} held-out sequences x {P:,} "
+                    f"scored tokens x {V:,} values = {N * P * V:,} numbers; at most "
+                    f"{MAX_REFERENCE_FLOATS:,} (a smaller vocabulary, e.g. n_colors, or fewer "
+                    "evaluation sequences, train.eval_size)")
             best = torch.zeros((), dtype=torch.float64)  # sum of the max posterior
             log_loss = torch.zeros((), dtype=torch.float64)  # sum of -log p(truth)
             for rows in torch.arange(N).split(max(1, REFERENCE_FLOATS // (self.seq_len * V))):

@@ -21,8 +21,11 @@ def draw_rules(n_rules: int, n_colors: int, radius: int, seed: int) -> torch.Ten
     return torch.randint(n_colors, (n_rules, n_colors ** (2 * radius + 1)), generator=gen)
 
 
-def apply_rule(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int) -> torch.Tensor:
-    """One step for a batch: x (B, S), tables (B, K^(2r+1)), one table per sequence.
+def apply_rule(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int,
+               which: torch.Tensor | None = None) -> torch.Tensor:
+    """One step for a batch: x (B, S), tables (B, K^(2r+1)), one table per sequence; with
+    `which` (B,), tables is the pool (N, K^(2r+1)) and sequence b reads table which[b] (no
+    (B, K^(2r+1)) copy: a large alphabet's tables are millions of entries each).
 
     The window of cell i is read as a base-K number with the leftmost cell (i - r) most
     significant. With K = 2, r = 1 and window (1, 0, 1) the entry read is tables[:, 5].
@@ -30,14 +33,16 @@ def apply_rule(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int
     index = torch.zeros_like(x)
     for offset in range(-radius, radius + 1):
         index = index * n_colors + torch.roll(x, shifts=-offset, dims=1)  # x[:, i + offset]
+    if which is not None:
+        return tables[which[:, None], index]
     return torch.gather(tables, 1, index)
 
 
 def advance(x: torch.Tensor, tables: torch.Tensor, n_colors: int, radius: int,
-            applications: int) -> torch.Tensor:
+            applications: int, which: torch.Tensor | None = None) -> torch.Tensor:
     """The next state: the rule of each sequence applied `applications` times."""
     for _ in range(applications):
-        x = apply_rule(x, tables, n_colors, radius)
+        x = apply_rule(x, tables, n_colors, radius, which)
     return x
 
 
@@ -54,11 +59,10 @@ def cellular_automaton_rollout(
     (tokens (B, S*T), rule index (B,))."""
     rules = rules.to(x0.device)
     rule_index = torch.randint(len(rules), (len(x0),), generator=generator, device=x0.device)
-    tables = rules[rule_index]  # (B, K^(2r+1))
     x = x0
     states = [x]
     for _ in range(n_states - 1):
-        x = advance(x, tables, n_colors, radius, rule_applications)
+        x = advance(x, rules, n_colors, radius, rule_applications, rule_index)
         states.append(x)
     return torch.cat(states, dim=1), rule_index
 

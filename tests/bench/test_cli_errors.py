@@ -115,6 +115,16 @@ def test_bad_task_inspection(cli):
         "the sum of the previous state)")
 
 
+def test_a_task_too_large_to_reference_is_one_line_not_a_hang(cli):
+    # a million colours: the rule pool draws without a per-sequence copy of its tables, and the
+    # Bayes reference (12e9 posterior entries) is refused before its arithmetic starts
+    code, captured = cli("task", "cellular_automaton", "n_colors=1000000", "radius=0",
+                         "--samples", "1")
+    assert code == 2 and captured.out == "" and captured.err.strip().startswith(
+        "error: task.vocab: the Bayes-optimal reference needs 512 held-out sequences x 24 "
+        "scored tokens x 1,000,000 values"), captured.err
+
+
 def test_perf_refuses_a_nan_or_absurd_stretch(cli, tmp_path):
     for value in ("nan", "-1", "1e9"):
         code, captured = cli("perf", "--seconds", value, "--out", str(tmp_path / "perf"))

@@ -145,7 +145,8 @@ def test_the_influence_figure_shows_a_row_that_never_emerged(tmp_path, monkeypat
 
     drawn = []
     save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: (drawn.append(fig), save(fig, path)))
+    monkeypatch.setattr(plots, "_save", lambda fig, path, **kw: (drawn.append(fig),
+                                                                save(fig, path, **kw)))
 
     truth = [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
     run = {"status": "censored", "steps_to_emergence": 400, "final_metrics": {"val/token_acc": .6},
