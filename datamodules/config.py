@@ -21,6 +21,7 @@ MAX_STATES = 1024
 MAX_VOCAB = 2**20
 MAX_LENGTH = 1 << 16  # tokens in a sequence
 MAX_BINDINGS = 1 << 24  # key-value pairs an instance splits
+MAX_RULE_WEIGHTS = 1 << 20  # weights of one sequence's NCA rule network (4 MiB)
 ENUMERABLE = 1 << 18  # state spaces up to this size are enumerated to find the held-out part
 
 
@@ -413,6 +414,11 @@ class NCAConfig(StateTaskConfig):
         if self.height * self.width > MAX_TOKENS_PER_STATE:
             raise ValueError(f"width: a state of height*width = {self.height * self.width} "
                              f"cells; must be at most {MAX_TOKENS_PER_STATE}")
+        weights = 10 * self.n_colors * self.hidden  # w1 (9K, h) and w2 (h, K)
+        if weights > MAX_RULE_WEIGHTS:  # every sequence draws its own network
+            raise ValueError(f"hidden: each sequence's rule network has 10 x n_colors x hidden "
+                             f"= {weights:,} weights; must be at most {MAX_RULE_WEIGHTS:,} (a "
+                             f"batch draws one per sequence): lower hidden or n_colors")
 
     @property
     def tokens_per_state(self) -> int:

@@ -125,6 +125,15 @@ def test_a_task_too_large_to_reference_is_one_line_not_a_hang(cli):
         "scored tokens x 1,000,000 values"), captured.err
 
 
+def test_an_nca_whose_rule_networks_cannot_fit_is_one_line(cli):
+    code, captured = cli("task", "nca", "height=32", "width=32", "n_colors=1024", "hidden=4096",
+                         "--samples", "1000", "--json")  # was a 77 GB allocation
+    assert code == 2 and captured.out == "" and captured.err.strip() == (
+        "error: task.hidden: each sequence's rule network has 10 x n_colors x hidden = "
+        "41,943,040 weights; must be at most 1,048,576 (a batch draws one per sequence): lower "
+        "hidden or n_colors")
+
+
 def test_perf_refuses_a_nan_or_absurd_stretch(cli, tmp_path):
     for value in ("nan", "-1", "1e9"):
         code, captured = cli("perf", "--seconds", value, "--out", str(tmp_path / "perf"))
