@@ -263,7 +263,8 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
                 "dynamics": "one seed per row: held-out and training accuracy, attention on the "
                             "parents",
                 "attention": "learned attention beside the ground-truth pattern",
-                "influence": "influence maps before and at emergence beside the ground truth",
+                "influence": "gradient and intervention maps before and at emergence beside "
+                             "the ground truth",
                 "circuits": "head classes and the final induction circuit over training"}
     lines += [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
     return "\n".join(lines)
