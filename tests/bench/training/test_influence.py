@@ -86,14 +86,15 @@ def test_every_mixer_logs_its_influence_at_every_evaluation(arch, tmp_path, monk
     result = train(cfg, tmp_path / "r", progress=False)
     curves = result["curves"]
     assert curves["step"] == [0, 10, 20]
-    for key in ("val/influence_mass", "val/influence_auroc"):
-        assert len(curves[key]) == 3 and all(0 <= v <= 1 for v in curves[key])
-    assert result["influence"]["steps"] == [0, 20]
-    first = torch.tensor(result["influence"]["maps"][0])
-    assert first.shape == (8, 15)  # the scored positions (state 1) x the input positions
-    assert torch.allclose(first.sum(-1), torch.ones(8), atol=0.01)
-    future = torch.arange(15)[None, :] > torch.arange(7, 15)[:, None]
-    assert (first[future] == 0).all()  # causal: no influence from later positions
+    for name in ("influence", "intervention"):  # the gradient map and the intervention map
+        for key in (f"val/{name}_mass", f"val/{name}_auroc"):
+            assert len(curves[key]) == 3 and all(0 <= v <= 1 for v in curves[key])
+        assert result[name]["steps"] == [0, 20]
+        first = torch.tensor(result[name]["maps"][0])
+        assert first.shape == (8, 15)  # the scored positions (state 1) x the input positions
+        assert torch.allclose(first.sum(-1), torch.ones(8), atol=0.01)
+        future = torch.arange(15)[None, :] > torch.arange(7, 15)[:, None]
+        assert (first[future] == 0).all()  # causal: no influence from later positions
 
 
 def test_influence_is_not_part_of_the_experiment():

@@ -9,14 +9,12 @@ import torch
 from torch import nn
 
 from architectures import ARCHITECTURES, Backbone
-from bench.training.config import load_run_config
 from bench.training.influence import (
     alignment,
     influence_map,
     intervention_map,
     replacement_plan,
 )
-from bench.training.run import train
 from datamodules import TASKS, build_task
 
 
@@ -176,27 +174,3 @@ def test_every_task_says_what_a_replacement_is():
         tokens = task.sample(64, torch.Generator().manual_seed(1))[:, :-1]
         # every value the task's own sequences take at a position is a valid replacement there
         assert valid[torch.arange(task.seq_len).expand_as(tokens), tokens].all(), name
-
-
-@pytest.mark.parametrize("arch", ["mlp_mixer", "examples.custom_mixer:CausalConvMixer"])
-def test_every_run_records_the_intervention_map(arch, tmp_path, monkeypatch):
-    import pathlib
-
-    import architectures
-
-    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[3]))
-    monkeypatch.setattr(architectures, "ARCHITECTURES", dict(architectures.ARCHITECTURES))
-    cfg = load_run_config(["task.state_size=8", "task.sparsity=2", "task.n_states=2",
-                           f"arch.name={arch}", "arch.d_model=16", "train.eval_every=10",
-                           "train.max_steps=20", "train.eval_size=64", "train.probe_size=16",
-                           "train.influence_every=1"])
-    result = train(cfg, tmp_path / "r", progress=False)
-    curves = result["curves"]
-    for key in ("val/intervention_mass", "val/intervention_auroc"):
-        assert len(curves[key]) == 3 and all(0 <= v <= 1 for v in curves[key])
-    assert result["intervention"]["steps"] == [0, 20]
-    first = torch.tensor(result["intervention"]["maps"][0])
-    assert first.shape == (8, 15)  # the scored positions (state 1) x the input positions
-    assert torch.allclose(first.sum(-1), torch.ones(8), atol=0.01)
-    future = torch.arange(15)[None, :] > torch.arange(7, 15)[:, None]
-    assert (first[future] == 0).all()  # causal: no influence from later positions
