@@ -109,7 +109,7 @@ def test_a_board_with_influence_and_patching_shows_its_mechanism(tmp_path):
     assert "## Mechanism: the pattern against emergence" in text
     assert "| influence |" in text and "| attention |" in text
     assert "ground truth |" in text  # the patching table
-    assert "![influence maps before and at emergence" in text
+    assert "![gradient and intervention maps before and at emergence" in text
     assert (tmp_path / "mech" / "influence.png").stat().st_size > 1000
 
 
