@@ -38,6 +38,7 @@ thresholds the runs were screened with, read from their summaries.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..core import markdown
@@ -305,6 +306,10 @@ def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     shown = [(row, row_curves(runs)) for row in rows if (runs := _screened(row))]
     if not shown:
         return False
+    # the legend in the rows' natural order (2, 4, 6 layers, not as the board lists them)
+    shown.sort(key=lambda item: [int(t) if t.isdigit() else t
+                                 for t in re.split(r"(\d+)", item[0]["architecture"])])
+    markers = "o^sDvP*X"
     plt = pyplot()
     titles = {"induction": "induction heads (fraction of all heads)",
               "first": "sink (first-token) heads (fraction of all heads)",
@@ -315,7 +320,9 @@ def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
         x = [max(s, 1) for s in curves["step"]]
         for ax, name in zip(axes, titles):
             low, mid, high = curves[name]
-            ax.plot(x, mid, marker=".", color=f"C{k}", label=row["architecture"])
+            # distinct markers, hollow, later rows thinner: coinciding medians stay visible
+            ax.plot(x, mid, marker=markers[k % len(markers)], markersize=4, fillstyle="none",
+                    linewidth=2.2 - 0.3 * min(k, 4), color=f"C{k}", label=row["architecture"])
             ax.fill_between(x, low, high, color=f"C{k}", alpha=0.15)
         low, mid, high = curves["first_any"]
         if any(math.isfinite(v) for v in mid):

@@ -119,7 +119,15 @@ def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePla
     merged = dataclasses.replace(spec, added=[arch], plugins=[*spec.plugins, *plugins])
     committed_ids = [j.job_id() for j in committed]
     known = set(committed_ids)
-    jobs = [*tuning_jobs(merged), *expand(merged)]  # every check, on the merged board
+    try:
+        jobs = [*tuning_jobs(merged), *expand(merged)]  # every check, on the merged board
+    except ConfigError as e:
+        if "two entries resolve to the same" not in str(e):
+            raise
+        shown = " ".join(f"arch.{k}={v}" for k, v in arch.items())
+        raise ConfigError(f"arch.name: {shown} is already a row of {against} (the same "
+                          "resolved architecture config); nothing to compare: change a field "
+                          "or give another mixer") from None
     new = [j for j in jobs if j.job_id() not in known]  # (duplicates were refused)
     new_archs = {_key(j.to_dict()["arch"]) for j in new}
     notes = left_out_notes(merged, [j.to_dict() for j in new])
@@ -140,6 +148,23 @@ def left_out_notes(spec: SweepSpec, configs: list[dict[str, Any]]) -> list[str]:
     row = [{"job_config": configs[0]}]
     return [f"left out: the new row has no {' x '.join(axes)}, so the {kind} on it does not "
             "include it" for kind, axes in asked if lacking(row, axes)]
+
+
+def machine_notes(results: list[dict[str, Any]], new_rows: set[str]) -> list[str]:
+    """A note when the new rows ran on another machine than the committed ones (CPU model and
+    torch threads, as each run recorded them): their steps/s then compare machines, not
+    mixers."""
+    def machine(run: dict[str, Any]) -> str:
+        v = run.get("versions") or {}
+        return f"{v.get('cpu', '?')}, {v.get('torch_threads', '?')} threads"
+
+    new, old = set(), set()
+    for key, runs in by_row(results).items():
+        (new if key in new_rows else old).update(machine(r) for r in runs)
+    if not new or not old or new == old:
+        return []
+    return [f"steps/s: the committed rows ran on {'; '.join(sorted(old))}, the new row on "
+            f"{'; '.join(sorted(new))}: that column compares machines, not mixers"]
 
 
 def holm_notes(before: list, after: list) -> list[str]:
@@ -178,7 +203,7 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
     committed = [r for r, _ in best_lr(summarise(
         [r for r in reported(results, spec_dict) if group_key(r["config"]) not in new_rows]))]
     tests = spec_dict.get("tests") or []
-    notes = [*size_notes(results, new_rows), *plan.notes,
+    notes = [*size_notes(results, new_rows), *machine_notes(results, new_rows), *plan.notes,
              *holm_notes(run_tests(tests, committed), run_tests(tests, rows))]
     table = (out / "leaderboard.md").read_text()
     (out / "compare.md").write_text("\n".join([*notes, "", table] if notes else [table]))

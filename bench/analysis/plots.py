@@ -41,7 +41,7 @@ def emergence_curves(path: Path, title: str, summaries: list[tuple[Row, Any]]) -
     colour = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(archs)}  # same in each panel
     cols = min(len(tasks), 3)
     rows = math.ceil(len(tasks) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 5 * rows), squeeze=False)
     for ax, task in zip(axes.flat, tasks):
         for row, km in summaries:
             if row["task"] != task:
@@ -56,7 +56,9 @@ def emergence_curves(path: Path, title: str, summaries: list[tuple[Row, Any]]) -
         ax.set(xlabel="training step", ylabel="fraction of seeds emerged", ylim=(-0.02, 1.02),
                title=task if len(tasks) > 1 else title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        # below the panel: inside it, the legend covered the curves of a many-row board
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+                  frameon=False)
     for ax in axes.flat[len(tasks):]:
         ax.set_visible(False)
     if len(tasks) > 1:

@@ -1,11 +1,13 @@
 """`bench site`: every committed leaderboard as a static HTML site people can browse.
 
-One page per leaderboard (its verdict row from the README, its findings page where it has one,
-then its table, tests and figures, all as committed) and an index with the README's verdict
-table. Tables sort by any column on a click. Nothing is recomputed: the pages render the
-committed markdown (markdown-it) into one Jinja2 template, so the site says exactly what the
-tables say. Figures are linked, not copied, relative to the output directory: the committed
-`site/` shows them when the repository root is served (`python -m http.server`, GitHub Pages).
+One page per leaderboard (its verdict badge and row from the README, its key figure, its
+findings page where it has one, then its table, tests and figures, all as committed, with the
+long conventions and the tuning runs collapsed) and an index: a grid of boards (claim, verdict
+badge, key figure) above the README's verdict table. Tables sort by any column on a click.
+Nothing is recomputed: the pages render the committed markdown (markdown-it) into one Jinja2
+template, so the site says exactly what the tables say. Figures are linked, not copied,
+relative to the output directory: the committed `site/` shows them when the repository root is
+served (`python -m http.server`, GitHub Pages).
 """
 
 from __future__ import annotations
@@ -31,6 +33,64 @@ class Board:
     """leaderboards/<name>: leaderboard.md, figures, and README.md (findings) where written"""
     verdict: list[str] | None = None
     """the README's verdict row for this leaderboard: [claim, verdict, link]"""
+
+    def figure(self) -> str | None:
+        """The board's key figure: the first image its findings page shows, else its table's."""
+        for name in ("README.md", "leaderboard.md"):
+            path = self.directory / name
+            found = IMAGE.search(path.read_text()) if path.is_file() else None
+            if found:
+                return found.group(1)
+        return None
+
+
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
+# a verdict's badge, from the first words of the README's verdict cell: (words, class, label)
+BADGES = [
+    (("agrees",), "agrees", "agrees"),
+    (("partly",), "partly", "partly"),
+    (("differs", "disagrees"), "differs", "differs"),
+    (("not supported", "not significant", "leans"), "ns", "not significant"),
+]
+
+
+def badge(verdict: str) -> tuple[str, str]:
+    """(css class, label) of a verdict cell: its leading bold words decide; without them, its
+    bold verdicts of the parts (one kind: that kind; several: partly); a row without a claim
+    (descriptive) gets none of the four."""
+    def kind(words: str) -> tuple[str, str] | None:
+        words = words.strip().lower()
+        return next(((css, label) for starts, css, label in BADGES if words.startswith(starts)),
+                    None)
+
+    lead = re.match(r"\s*\*\*([^*]+)\*\*", verdict)
+    if lead and kind(lead.group(1)):
+        return kind(lead.group(1))
+    kinds = {k for k in map(kind, re.findall(r"\*\*([^*]+)\*\*", verdict)) if k}
+    if len(kinds) > 1:
+        return "partly", "partly"
+    return kinds.pop() if kinds else ("descriptive", "descriptive")
+
+
+def _collapsed(text: str) -> list[tuple[str, str | None]]:
+    """A leaderboard.md as (markdown, summary) segments: its long convention paragraphs and its
+    tuning runs (the note and the table after it) under `summary` (shown collapsed), the rest
+    (tables, notes in bold, figures, headings) with None."""
+    segments: list[tuple[str, str | None]] = []
+    blocks = text.split("\n\n")
+    i = 0
+    while i < len(blocks):
+        block = blocks[i]
+        if block.startswith("Learning rates were chosen per row") or block.startswith(
+                "Each architecture is shown at its best learning rate"):
+            tail = blocks[i + 1] if i + 1 < len(blocks) and blocks[i + 1].startswith("|") else ""
+            segments.append((f"{block}\n\n{tail}", "Tuning runs"))
+            i += 2 if tail else 1
+            continue
+        plain = not block.startswith(("|", "#", "!", "**", "- ", "*"))
+        segments.append((block, "Conventions" if plain and len(block) > 300 else None))
+        i += 1
+    return segments
 
 
 def find_boards(root: Path) -> list[Board]:
@@ -81,6 +141,10 @@ class Renderer:
         html = self.md.renderer.render(tokens, self.md.options, {})
         return html.replace("<table>", '<table class="sortable">')
 
+    def inline(self, text: str, source_dir: Path) -> str:
+        """One line of markdown (a table cell) as HTML without its paragraph."""
+        return self(text, source_dir).strip().removeprefix("<p>").removesuffix("</p>")
+
     def target(self, link: str, source_dir: Path) -> str:
         if re.match(r"^[a-z]+:|^#|^/", link):  # a URL, an anchor, an absolute path
             return link
@@ -98,6 +162,10 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
     """Write the site for the leaderboards under `root` into `out`; return the pages written.
     Links are relative to `links_from` (default `out`): where the pages will be served from."""
     root, out = Path(root), Path(out)
+    blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ConfigError(f"--out: {blocked} is a file; the site is a folder of pages (give a "
+                          "folder, new or one the site was written to)")
     boards = find_boards(root)
     readme = root / "README.md"
     if not readme.is_file():
@@ -118,21 +186,32 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
     index_table = "\n".join(["| " + " | ".join(header) + " |",
                              "|" + "---|" * len(header),
                              *("| " + " | ".join(row) + " |" for row in rows)])
+    cards = [{"name": b.name, "claim": render.inline(b.verdict[0], root) if b.verdict else "",
+              "badge": badge(b.verdict[1]) if b.verdict else ("descriptive", "no verdict yet"),
+              "figure": render.target(b.figure(), b.directory.resolve()) if b.figure() else None}
+             for b in boards]
     body = render(f"{intro}\n\n{index_table}\n", root)
     written.append(write_atomic(out / "index.html", template.render(
-        title="emergence-bench leaderboards", body=body, boards=boards, here="index")))
-    for b in boards:
+        title="emergence-bench leaderboards", body=body, boards=boards, here="index",
+        cards=cards, card=None)))
+    for b, card in zip(boards, cards):
         parts = []
         if b.verdict:
             parts.append(render("**Verdict** (the README's row for this leaderboard):\n\n"
                                 + "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
                                 + "\n| " + " | ".join(b.verdict) + " |\n", root))
+        if card["figure"]:
+            parts.append(f'<img class="key" src="{card["figure"]}" alt="key figure">')
         if (b.directory / "README.md").is_file():
             parts.append(render((b.directory / "README.md").read_text(), b.directory))
         if (b.directory / "leaderboard.md").is_file():
-            parts.append(render((b.directory / "leaderboard.md").read_text(), b.directory))
+            parts.append("\n".join(
+                render(text, b.directory) if summary is None else
+                f"<details><summary>{summary}</summary>\n{render(text, b.directory)}</details>"
+                for text, summary in _collapsed((b.directory / "leaderboard.md").read_text())))
         written.append(write_atomic(out / f"{b.name}.html", template.render(
-            title=b.name, body='\n<hr>\n'.join(parts), boards=boards, here=b.name)))
+            title=b.name, body='\n<hr>\n'.join(parts), boards=boards, here=b.name,
+            cards=[], card=card)))
     return written
 
 
@@ -157,6 +236,18 @@ th[aria-sort=ascending]::after { content: " \\25B2"; }
 th[aria-sort=descending]::after { content: " \\25BC"; }
 img { max-width: 100%; display: block; margin: 1em 0; }
 code { background: #f6f6f6; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr));
+        gap: 1em; margin: 1em 0; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 0.8em; }
+.card h3 { margin: 0 0 0.3em; } .card p { margin: 0.3em 0; font-size: 13px; }
+.card img { max-height: 180px; object-fit: contain; margin: 0.5em auto 0; }
+.badge { display: inline-block; border-radius: 4px; padding: 1px 8px; font-size: 12px;
+         font-weight: bold; color: #fff; }
+.badge.agrees { background: #2e7d32; } .badge.partly { background: #f9a825; color: #222; }
+.badge.differs { background: #c62828; } .badge.ns { background: #757575; }
+.badge.descriptive { background: #1565c0; }
+img.key { max-height: 480px; }
+details { margin: 0.5em 0; } summary { cursor: pointer; color: #555; }
 </style>
 </head>
 <body>
@@ -165,6 +256,24 @@ code { background: #f6f6f6; }
 <a href="{{ b.name }}.html"{% if here == b.name %} class="here"{% endif %}>{{ b.name }}</a>
 {%- endfor %}</nav>
 <main>
+{%- if card %}
+<h1>{{ card.name }} <span class="badge {{ card.badge[0] }}">{{ card.badge[1] }}</span></h1>
+<p>{{ card.claim | safe }}</p>
+{%- endif %}
+{%- if cards %}
+<h1>emergence-bench leaderboards</h1>
+<div class="grid">
+{%- for c in cards %}
+<section class="card"><h3><a href="{{ c.name }}.html">{{ c.name }}</a>
+<span class="badge {{ c.badge[0] }}">{{ c.badge[1] }}</span></h3>
+<p>{{ c.claim | safe }}</p>
+{%- if c.figure %}
+<a href="{{ c.name }}.html"><img src="{{ c.figure }}" alt="{{ c.name }}: key figure"></a>
+{%- endif %}
+</section>
+{%- endfor %}
+</div>
+{%- endif %}
 {{ body | safe }}
 </main>
 <script>

@@ -151,7 +151,8 @@ class ResultsDB:
             return cur.rowcount
 
     def meta(self, key: str, default: Any = None) -> Any:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._fetch(self._read("SELECT value FROM meta WHERE key = ?", (key,)))
+        row = row[0] if row else None
         return json.loads(row[0]) if row else default
 
     # --- the worker's side ---------------------------------------------------------------
@@ -180,19 +181,40 @@ class ResultsDB:
 
     # --- reading -------------------------------------------------------------------------
     def rows(self, where: str = "in_spec = 1", params: tuple = ()) -> list[dict[str, Any]]:
-        cur = self.conn.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY position", params)
+        cur = self._read(f"SELECT * FROM jobs WHERE {where} ORDER BY position", params)
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return [dict(zip(names, row)) for row in self._fetch(cur)]
+
+    def _read(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.DatabaseError as e:
+            raise self._damaged(e) from None
+
+    def _fetch(self, cur: sqlite3.Cursor) -> list[tuple]:
+        try:
+            return cur.fetchall()
+        except sqlite3.DatabaseError as e:
+            raise self._damaged(e) from None
+
+    def _damaged(self, e: sqlite3.DatabaseError) -> ConfigError:
+        """A page that does not read back (a torn copy, garbage written into the file): one
+        line, the file left as it is."""
+        return ConfigError(f"{self.path}: a damaged results database ({e}); restore it from "
+                           "git or a copy (the sweep's finished runs are in it)")
 
     def results(self) -> list[dict[str, Any]]:
         """result.json of every finished job of the current spec, in spec order."""
         marks = ", ".join("?" * len(FINISHED))
-        return [json.loads(r["result"]) for r in self.rows(
-            f"in_spec = 1 AND status IN ({marks})", FINISHED)]
+        rows = self.rows(f"in_spec = 1 AND status IN ({marks})", FINISHED)
+        try:
+            return [json.loads(r["result"]) for r in rows]
+        except (TypeError, ValueError) as e:  # a row whose result is not a run's JSON
+            raise self._damaged(sqlite3.DatabaseError(f"a result that is not JSON: {e}")) from None
 
     def counts(self) -> dict[str, int]:
-        found = dict(self.conn.execute(
-            "SELECT status, count(*) FROM jobs WHERE in_spec = 1 GROUP BY status").fetchall())
+        found = dict(self._fetch(self._read(
+            "SELECT status, count(*) FROM jobs WHERE in_spec = 1 GROUP BY status")))
         return {s: found.get(s, 0) for s in STATUSES}
 
 

@@ -164,11 +164,11 @@ def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunCo
 
 
 def check_test_fields(tests: list[dict[str, Any]], configs: list[dict[str, Any]],
-                      tuned: bool) -> None:
-    """Every test's field is read from every job's config and takes two values or more, and its
-    `against` is one of them: checked before anything trains, not when the table is written
-    (a test with nothing to compare would drop out of the table in silence). In a `tuned` spec
-    train.lr is not checked: each row trains at its tuned rate."""
+                      tuned: bool, counted: bool = True) -> None:
+    """Every test's field is read from every job's config and (with `counted`) takes two values
+    or more, and its `against` is one of them: checked before anything trains, not when the
+    table is written (a test with nothing to compare would drop out of the table in silence).
+    In a `tuned` spec train.lr is not checked: each row trains at its tuned rate."""
     for entry in tests:
         kind = "compare" if "compare" in entry else "trend"
         field = entry[kind]
@@ -178,6 +178,8 @@ def check_test_fields(tests: list[dict[str, Any]], configs: list[dict[str, Any]]
             values = {axis_value(c, field) for c in configs}
         except AxisError as e:
             raise ConfigError(f"tests: {kind} {e}") from None
+        if not counted:
+            continue
         shown = ", ".join(sorted(map(str, values)))
         if len(values) < 2:
             raise ConfigError(f"tests: {kind} {field} takes one value in this spec ({shown}); "
@@ -227,7 +229,7 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
     if count > MAX_JOBS:
         raise ConfigError(f"task, archs, lr, seeds: the grid lists {count:,} jobs; must be at "
                           f"most {MAX_JOBS:,} (split the sweep)")
-    jobs, board = [], []  # board: the jobs of `archs` (a compare's committed rows)
+    rows = []  # (section, the row's job at the first seed)
     for t, task_section in enumerate(spec.tasks):
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
             for where, arch_section in sections:
@@ -235,19 +237,24 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                     for j, pre in enumerate(warmups):
                         for lr in lrs:
                             train = {**spec.train, **({"lr": lr} if lr is not None else {})}
-                            # built once per row (resolving a config is ~0.1 s of OmegaConf),
-                            # the other seeds by replacement, which validates the seed again
+                            # built once per row (resolving a config is ~0.06 s of OmegaConf)
                             first = _job(task, arch, train, spec, seeds[0], where, pre, j)
-                            for seed in seeds:
-                                job = first if seed == seeds[0] else dataclasses.replace(
-                                    first, seed=seed)
-                                jobs.append(job)
-                                if where.startswith("archs"):
-                                    board.append(job)
+                            rows.append((where, first))
+                            if where.startswith("archs"):  # a field no row has: at once
+                                check_plot_axes(spec.plots, [first.to_dict()])
+                                check_test_fields(spec.tests, [first.to_dict()], bool(spec.tune),
+                                                  counted=False)
     check_sweep_trainer(spec.trainer)
-    configs = [job.to_dict() for job in board]  # an added row may lack a field: left out
+    # the spec-level checks read one job per row (the seeds differ in nothing they read), before
+    # the seeds are expanded; a plot or test field missing from a row was refused as that row
+    # was built, so a 10,000-job spec with a bad test answers in a moment. The board is
+    # `archs`' rows: an added row may lack a field (a compare's new mixer), left out
+    configs = [first.to_dict() for where, first in rows if where.startswith("archs")]
     check_plot_axes(spec.plots, configs)
     check_test_fields(spec.tests, configs, tuned=bool(spec.tune))
+    # the other seeds by replacement, which validates the seed again
+    jobs = [first if seed == seeds[0] else dataclasses.replace(first, seed=seed)
+            for _, first in rows for seed in seeds]
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
         raise ConfigError("archs, pretrain: two entries resolve to the same config"

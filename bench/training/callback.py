@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 
 from ..core.emergence import EmergenceCriterion, EmergenceTracker
 
@@ -65,3 +66,18 @@ class EmergenceCallback(Callback):
         if status in ("diverged", "leaked") or (status == "emerged"
                                                 and self.tracker.criterion.stop_early):
             trainer.should_stop = True
+
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich bar described as training, not "Epoch 0/-2": a run is one endless
+    epoch bounded by train.max_steps."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{'Training':{len(self.validation_description)}}"
+
+
+def progress_bars(progress: bool) -> list[Callback]:
+    """The progress bar a run shows: none without `progress`; Lightning's tqdm bar where rich
+    is not installed."""
+    return [StepProgressBar()] if progress and _RICH_AVAILABLE else []

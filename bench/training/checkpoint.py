@@ -12,6 +12,7 @@ one would have; on CPU it reproduces it exactly.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -110,14 +111,36 @@ def analysis_path(run_dir: Path, step: int) -> Path:
     return run_dir / DIRNAME / f"step={step:07d}.ckpt"
 
 
+def finished_run(run_dir: Path) -> dict[str, Any]:
+    """RUN_DIR's result.json (an analysis's input), or a one-line ConfigError: missing, not
+    JSON, or without the run's config."""
+    path = run_dir / "result.json"
+    if not path.is_file():
+        raise ConfigError(f"RUN_DIR: {run_dir} holds no finished run (result.json)")
+    try:
+        result = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"RUN_DIR: {path} is not a run's result (not JSON: "
+                          f"{str(e).splitlines()[0]})") from None
+    if not isinstance(result, dict) or not isinstance(result.get("config"), dict):
+        raise ConfigError(f"RUN_DIR: {path} is not a run's result (it holds no config mapping)")
+    return result
+
+
 def load_analysis_module(run_dir: Path, step: int, cfg: Any, task: Any) -> Any:
     """The run's `EmergenceModule` (config `cfg`, task instance `task`) with the weights of
-    its analysis checkpoint at `step`, in eval mode on the CPU (loaded with weights_only)."""
+    its analysis checkpoint at `step`, in eval mode on the CPU (loaded with weights_only); a
+    file that is not this run's checkpoint is a one-line ConfigError."""
     from .lightning_module import EmergenceModule
 
     module = EmergenceModule(cfg.arch, cfg.train, task)
-    state = torch.load(analysis_path(run_dir, step), map_location="cpu", weights_only=True)
-    module.load_state_dict(state["state_dict"])
+    path = analysis_path(run_dir, step)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        module.load_state_dict(state["state_dict"])
+    except Exception as e:  # unpickling garbage raises anything; a foreign model, KeyError
+        raise ConfigError(f"RUN_DIR: {path} is not a checkpoint of this run "
+                          f"({type(e).__name__} on loading it)") from None
     return module.eval()
 
 

@@ -43,7 +43,6 @@ Writes RUN_DIR/circuits/ (circuits.json, circuits.md, circuits.png).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ from architectures import PatchesAttention
 from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.heads import CLASSES, THRESHOLDS, half_and_shape
-from .checkpoint import analysis_steps, load_analysis_module
+from .checkpoint import analysis_steps, finished_run, load_analysis_module
 from .config import build_run_task, load_run_config
 from .reports import pyplot, write_report
 
@@ -256,9 +255,7 @@ def screen_run(run_dir: Path | str, thresholds: dict[str, float] | None = None,
 
     run_dir = Path(run_dir)
     thresholds = thresholds or dict(THRESHOLDS)
-    if not (run_dir / "result.json").is_file():
-        raise ConfigError(f"RUN_DIR: {run_dir} holds no finished run (result.json)")
-    result = json.loads((run_dir / "result.json").read_text())
+    result = finished_run(run_dir)
     cfg = load_run_config(result["config"])
     if cfg.task.name != "induction":
         raise ConfigError(f"RUN_DIR: the head screen needs a run on the induction task, this one "

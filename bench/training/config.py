@@ -368,6 +368,10 @@ def check_trainer(options: dict[str, Any]) -> None:
             continue
         if key in hints and not _fits(value, hints[key]):
             raise ConfigError(f"trainer.{key}: must be {_spell(hints[key])}, got {value!r}")
+    every = options.get("log_every_n_steps", 1)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigError(f"trainer.log_every_n_steps: must be a count of steps >= 1, "
+                          f"got {every!r}")
     for key in ("devices", "num_nodes"):
         value = options.get(key, 1)
         if isinstance(value, bool) or (isinstance(value, int) and value < (

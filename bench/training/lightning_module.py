@@ -234,8 +234,8 @@ class EmergenceModule(L.LightningModule):
         """Whether the scored logits of `batch` (the evaluation's first chunk, as scored:
         `logits`) change when every input after a cut is replaced by random values the task's
         sequences take there: recomputed as the evaluation computed them (mode, grad setting,
-        batch size, length, the recorded split), at LEAK_CUTS cuts among the scored positions
-        drawn afresh at each step; every scored position at or before a cut must be
+        batch size, length, the recorded split, autocast), at LEAK_CUTS cuts among the scored
+        positions drawn afresh at each step; every scored position at or before a cut must be
         bit-identical. A check of the outputs that count, so a mixer that reads the future only
         sometimes (after many calls, at random, at one batch size) is caught where it did."""
         inputs, L = batch.inputs, batch.inputs.shape[1]
@@ -250,7 +250,8 @@ class EmergenceModule(L.LightningModule):
                                       generator=gen).T.to(inputs.device)  # (B, L - cut - 1)
             scrambled = inputs.clone()
             scrambled[:, cut + 1:] = later
-            again, _ = self.eval_logits(Batch(scrambled, batch.targets), recorded)
+            with self.trainer.precision_plugin.val_step_context():  # as validation_step ran
+                again, _ = self.eval_logits(Batch(scrambled, batch.targets), recorded)
             keep = self.scored <= cut
             if not torch.equal(again[:, keep], logits[:, keep]):
                 return True

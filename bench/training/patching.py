@@ -13,7 +13,6 @@ a mixer that declares `PatchesAttention`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from architectures import PatchesAttention
 from ..core import markdown
 from ..core.emergence import on_plateau
 from ..core.errors import ConfigError
-from .checkpoint import analysis_steps, load_analysis_module
+from .checkpoint import analysis_steps, finished_run, load_analysis_module
 from .config import build_run_task, load_run_config
 from .reports import pyplot, write_report
 
@@ -52,7 +51,7 @@ class Patcher:
 
     def __init__(self, run_dir: Path, pre: int, post: int, config: dict[str, Any] | None = None):
         if config is None:
-            config = json.loads((run_dir / "result.json").read_text())["config"]
+            config = finished_run(run_dir)["config"]
         self.run_dir = run_dir
         self.cfg = load_run_config(config)
         self.task = build_run_task(self.cfg)
@@ -139,9 +138,7 @@ def _patch(post: torch.Tensor, mask: torch.Tensor, truth: torch.Tensor, has_pare
 
 def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[dict, int, int]:
     """(result.json, pre, post) with the defaults filled in, or a one-line ConfigError."""
-    if not (run_dir / "result.json").is_file():
-        raise ConfigError(f"RUN_DIR: {run_dir} holds no finished run (result.json)")
-    result = json.loads((run_dir / "result.json").read_text())
+    result = finished_run(run_dir)
     kept = analysis_steps(run_dir)
     if not kept:
         raise ConfigError(f"RUN_DIR: {run_dir} has no analysis checkpoints; train it with "

@@ -30,6 +30,7 @@ from architectures import Backbone
 from datamodules.base import derive_seed
 
 from ..core.errors import ConfigError
+from .callback import progress_bars
 from .config import PretrainConfig, RunConfig, task_instance
 from .lightning_module import EmergenceModule
 
@@ -109,7 +110,8 @@ def warm_up(cfg: RunConfig, module: EmergenceModule, run_dir: Path,
                "log_every_n_steps": pre.steps, "devices": 1, "num_nodes": 1,
                "strategy": "auto"}
     trainer = L.Trainer(max_steps=pre.steps, limit_val_batches=0, logger=False,
-                        gradient_clip_val=train.grad_clip or None, **options)
+                        gradient_clip_val=train.grad_clip or None,
+                        callbacks=progress_bars(options["enable_progress_bar"]), **options)
     start = time.perf_counter()
     trainer.fit(warm, datamodule=task)
     wall = time.perf_counter() - start

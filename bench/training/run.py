@@ -26,7 +26,7 @@ from datamodules.base import SequenceTask
 from ..core.emergence import EmergenceTracker, reference_key
 from ..core.errors import ConfigError
 from ..core.files import write_atomic
-from .callback import EmergenceCallback
+from .callback import EmergenceCallback, progress_bars
 from .checkpoint import (
     AnalysisCheckpoint,
     ResumeCheckpoint,
@@ -124,8 +124,9 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
         callbacks = [*callbacks, AnalysisCheckpoint(run_dir, cfg.job_id(), tracker,
                                                     cfg.train.eval_every)]
     options = trainer_options(cfg, progress)
+    callbacks = [*callbacks, *progress_bars(progress)]
     try:
-        return L.Trainer(
+        trainer = L.Trainer(
             max_steps=cfg.train.max_steps,
             val_check_interval=cfg.train.eval_every,
             check_val_every_n_epoch=None,
@@ -138,6 +139,22 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
         )
     except Exception as e:  # Lightning rejects e.g. an accelerator this machine lacks
         raise ConfigError(f"trainer: {str(e).splitlines()[0]}") from None
+    asked = options.get("precision")
+    if asked is not None and _precision(asked) != trainer.precision:
+        # Lightning swaps 16-mixed for bf16-mixed on a CPU with a warning; the config and job
+        # id would name a precision the run did not train in
+        raise ConfigError(f"trainer.precision: {asked} is not available on this machine's "
+                          f"{type(trainer.accelerator).__name__} (Lightning would train in "
+                          f"{trainer.precision}); set trainer.precision={trainer.precision} "
+                          "or run where it is supported")
+    return trainer
+
+
+def _precision(value: Any) -> str:
+    """Lightning's unified name of a precision setting (16 -> 16-mixed, bf16 -> bf16-mixed)."""
+    from lightning.fabric.connector import _convert_precision_to_unified_args
+
+    return str(_convert_precision_to_unified_args(value))
 
 
 def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:

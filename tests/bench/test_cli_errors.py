@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from architectures import ARCHITECTURES
 
@@ -72,7 +73,24 @@ BAD_RUNS = [
      "trainer.deterministic: must be bool, 'warn' or None, got 'maybe'"),
     (["trainer.benchmark=1"], "trainer.benchmark: must be bool or None, got 1"),
     (["trainer.log_every_n_steps=2.5"], "trainer.log_every_n_steps: must be int or None, got 2.5"),
+    (["trainer.log_every_n_steps=-1"], "trainer.log_every_n_steps: must be a count of steps >= 1"),
+    (["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps: must be a count of steps >= 1"),
 ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="16-mixed is available on CUDA")
+@pytest.mark.parametrize("precision", ["16-mixed", "16"])
+def test_a_precision_lightning_would_swap_on_this_machine_is_refused(precision, cli, tmp_path):
+    # Lightning trains 16-mixed as bf16-mixed on a CPU, with a warning: the config and job id
+    # would name a precision the run did not use
+    out = tmp_path / "run"
+    code, captured = cli("run", f"trainer.precision={precision}", "train.max_steps=2",
+                         "train.eval_every=1", "--out", str(out))
+    assert code == 2 and captured.err.strip() == (
+        f"error: trainer.precision: {precision} is not available on this machine's "
+        "CPUAccelerator (Lightning would train in bf16-mixed); set "
+        "trainer.precision=bf16-mixed or run where it is supported")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("overrides,message", BAD_RUNS)

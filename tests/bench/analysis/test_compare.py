@@ -52,7 +52,8 @@ def test_bad_comparisons_are_one_line_and_write_nothing(board, cli, tmp_path):
          "task: bench compare takes the committed spec's task; give only arch.* and plugins"),
         (["arch.d_model=32", "--against", str(board)], "arch.name: required"),
         (["arch.name=mlp_mixer", "arch.d_model=32", "arch.n_layers=1", "--against", str(board)],
-         "two entries resolve to the same architecture config"),
+         "arch.name: arch.name=mlp_mixer arch.d_model=32 arch.n_layers=1 is already a row of "
+         f"{board} (the same resolved architecture config); nothing to compare"),
     ]:
         code, captured = cli("compare", *args, "--out", str(out), "--no-progress")
         lines = captured.err.strip().splitlines()
@@ -74,3 +75,22 @@ def test_a_leaking_plug_in_compared_against_a_board_ends_leaked(board, cli, tmp_
     table = (out / "leaderboard.md").read_text()
     assert "0/2 (0%), **2 leaked**" in table  # on the table, never as emerged
     assert "the mixer read the future" in table
+
+
+def test_a_new_row_from_another_machine_is_noted_under_the_table():
+    from bench.analysis.compare import machine_notes
+
+    def run(arch, cpu):
+        return {"config": {"task": {"name": "linear_map"}, "arch": {"name": arch},
+                           "train": {"lr": 0.001}, "seed": 0},
+                "versions": {"cpu": cpu, "torch_threads": "2"}}
+
+    from bench.core.rows import group_key
+
+    same = [run("transformer", "EPYC"), run("mine", "EPYC")]
+    new_key = group_key(same[1]["config"])
+    assert machine_notes(same, {new_key}) == []
+    other = [run("transformer", "EPYC"), run("mine", "Xeon")]
+    assert machine_notes(other, {new_key}) == [
+        "steps/s: the committed rows ran on EPYC, 2 threads, the new row on Xeon, 2 threads: "
+        "that column compares machines, not mixers"]

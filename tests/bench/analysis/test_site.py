@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.analysis.site import build_site, find_boards, verdict_section
+from bench.analysis.site import badge, build_site, find_boards, verdict_section
 from bench.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,6 +35,7 @@ def test_every_leaderboard_has_a_page_with_its_verdict_table_and_figures(tmp_pat
     _, header, rows = verdict_section((ROOT / "README.md").read_text())
     assert header == ["claim", "verdict here", "leaderboard"] and len(rows) >= len(boards)
     index = (tmp_path / "index.html").read_text()
+    assert index.count('<section class="card">') == len(boards)
     for b in boards:
         assert f'href="{b.name}.html"' in index
         page = (tmp_path / f"{b.name}.html").read_text()
@@ -56,6 +57,16 @@ def test_a_root_without_leaderboards_is_one_line(tmp_path, cli):
         verdict_section("# a README\n")
 
 
+def test_an_out_that_is_a_file_is_one_line_and_left_alone(tmp_path, cli):
+    (tmp_path / "afile").write_text("mine")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "site"):
+        code, captured = cli("site", "--out", str(out))
+        assert code == 2 and captured.err.strip() == (
+            f"error: --out: {tmp_path / 'afile'} is a file; the site is a folder of pages (give "
+            "a folder, new or one the site was written to)")
+        assert (tmp_path / "afile").read_text() == "mine"
+
+
 HARNESS = """<!doctype html><html><body><pre id="out">pending</pre>
 <iframe id="f" src="PAGE"></iframe>
 <script>
@@ -65,6 +76,10 @@ document.getElementById("f").onload = () => {
   const report = {
     images: Array.from(d.images, i => [i.getAttribute("src"), i.complete && i.naturalWidth > 0]),
     links: Array.from(d.querySelectorAll("a[href$='.html']"), a => a.getAttribute("href")),
+    cards: d.querySelectorAll(".card").length,
+    badges: Array.from(d.querySelectorAll(".badge"),
+                       b => [b.textContent, getComputedStyle(b).backgroundColor]),
+    collapsed: Array.from(d.querySelectorAll("details"), e => e.open),
     tables: Array.from(d.querySelectorAll("table.sortable"), t => {
       const heads = Array.from(t.tHead.rows[0].cells);
       return {rows: t.tBodies[0].rows.length, columns: heads.map((th, c) => {
@@ -130,3 +145,45 @@ def test_in_chromium_tables_render_and_sort_and_every_image_loads(tmp_path):
                         map(value, col["before"]), reverse=True)
                     sorted_numeric += 1
     assert sorted_numeric >= 10  # numeric columns (params, steps/s, ...) checked by value
+
+
+@pytest.mark.skipif(browser() is None and not os.environ.get("REQUIRE_BROWSER"),
+                    reason="no Chromium here (make test installs Debian's chromium)")
+def test_in_chromium_the_index_is_a_grid_of_badged_boards_and_a_board_page_leads_with_its_verdict(
+        tmp_path):
+    from matplotlib.image import imread
+
+    site = tmp_path / "site"
+    build_site(ROOT, site)
+    boards = find_boards(ROOT)
+    index = open_in_chromium(site / "index.html", tmp_path)
+    assert index["cards"] == len(boards)
+    labels = {"agrees", "partly", "differs", "not significant", "descriptive", "no verdict yet"}
+    assert len(index["badges"]) == len(boards)
+    for text, colour in index["badges"]:  # coloured: the stylesheet applied, not bare text
+        assert text in labels and colour not in ("rgba(0, 0, 0, 0)", "transparent"), (text, colour)
+    assert {t for t, _ in index["badges"]} >= {"agrees", "partly"}
+    page = open_in_chromium(site / "heads.html", tmp_path)
+    assert [t for t, _ in page["badges"]] == ["agrees"]
+    assert page["collapsed"] and not any(page["collapsed"])  # conventions start folded
+    for name in ("index", "heads"):  # screenshots: rendered pages, not blank ones
+        shot = tmp_path / f"{name}.png"
+        subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu",
+                        "--allow-file-access-from-files", "--virtual-time-budget=10000",
+                        "--window-size=1400,1800", f"--screenshot={shot}",
+                        (site / f"{name}.html").as_uri()], capture_output=True, timeout=120)
+        pixels = imread(shot)
+        assert pixels.shape[:2] == (1800, 1400) and pixels[..., :3].std() > 0.05, name
+
+
+@pytest.mark.parametrize("verdict, expected", [
+    ("**agrees**: median 100 vs 425", "agrees"),
+    ("**partly** (8 seeds a row)", "partly"),
+    ("**disagrees** at 2%", "differs"),
+    ("**not supported at this scale**: no warm-up", "not significant"),
+    ("longer: **leans agrees, not significant** (...); sparsity: **differs**: ...", "partly"),
+    ("longer: **differs**; shorter: **differs**", "differs"),
+    ("MLP-Mixer sooner than the transformer on both tasks", "descriptive"),
+])
+def test_a_verdict_cell_gets_the_badge_its_words_say(verdict, expected):
+    assert badge(verdict)[1] == expected

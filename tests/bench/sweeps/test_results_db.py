@@ -1,6 +1,7 @@
 """The results database: concurrent writers, and refusing files it did not make."""
 
 import multiprocessing as mp
+import random
 import sqlite3
 
 import pytest
@@ -77,3 +78,40 @@ def test_a_truncated_database_is_a_clear_error(tmp_path):
     path.write_bytes(data[:100] + b"\x00" * 50 + data[150:1500])
     with pytest.raises(ConfigError, match="results.sqlite: not a readable results database"):
         ResultsDB(path).rows()
+
+
+def _finished_db(path):
+    db = ResultsDB(path, create=True)
+    jobs = _jobs(40)
+    db.sync(jobs, {"name": "x"})
+    for job in jobs:
+        db.finish(job.job_id(), {"status": "emerged", "steps_to_emergence": 10, "steps": 20,
+                                 "wall_time_s": 1.0, "steps_per_s": 20.0, "versions": {}})
+    db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return db
+
+
+@pytest.mark.parametrize("command", ["status", "leaderboard"])
+def test_garbage_pages_behind_a_good_header_are_one_line_and_left_alone(command, tmp_path, cli):
+    board = tmp_path / "board"
+    path = board / "results.sqlite"
+    board.mkdir()
+    _finished_db(path).close()
+    data = bytearray(path.read_bytes())
+    rng = random.Random(0)
+    data[8192:] = bytes(rng.randrange(256) for _ in range(len(data) - 8192))  # pages 3 on
+    path.write_bytes(bytes(data))
+    code, captured = cli(command, str(board))
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(
+        f"error: {path}: a damaged results database"), lines
+    assert path.read_bytes() == bytes(data)
+    assert sorted(p.name for p in board.iterdir() if p.suffix != ".sqlite-wal"
+                  and not p.name.endswith("-shm")) == ["results.sqlite"]
+
+
+def test_a_row_whose_result_is_not_json_is_a_damaged_database(tmp_path):
+    db = _finished_db(tmp_path / "results.sqlite")
+    db.conn.execute("UPDATE jobs SET result = 'garbage' WHERE position = 3")
+    with pytest.raises(ConfigError, match="a damaged results database .a result that is not JSON"):
+        db.results()

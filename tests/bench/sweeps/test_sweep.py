@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bench.analysis.leaderboard import best_lr, summarise, with_null_rows
+from bench.core.errors import ConfigError
 from bench.sweeps.results import SweepLock
 from bench.sweeps.spec import expand, load_spec
 from bench.training.config import load_run_config
@@ -234,3 +235,25 @@ def test_a_sweep_can_run_one_row_first(spec_file, cli):
     assert f"| `{mixer}` |" in captured.out
     assert cli("sweep", str(path), "--no-progress")[0] == 0  # the rest later
     assert {r[0] for r in db.execute("SELECT arch FROM jobs")} == {"mlp_mixer", "transformer"}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("tests: [{trend: task.bogus}]", "tests: trend 'task.bogus' is not a field of every row's"),
+    ("plots: [[arch.bogus]]", "plots: 'arch.bogus' is not a field of every row's arch"),
+])
+def test_a_huge_spec_with_a_field_no_row_has_is_refused_at_its_first_row(bad, message, tmp_path,
+                                                                        monkeypatch):
+    # 100 rows x 100 seeds = 10,000 jobs: refused as the first row is built, not after all
+    # 100 rows (~0.06 s each) and 10,000 jobs
+    import bench.sweeps.spec as spec_module
+
+    built = []
+    real = spec_module._job
+    monkeypatch.setattr(spec_module, "_job", lambda *a, **k: built.append(1) or real(*a, **k))
+    path = tmp_path / "big.yaml"
+    path.write_text(f"name: big\ntask: {{name: linear_map, state_size: {list(range(8, 108))}, "
+                    "sparsity: 1}\narchs: [{name: mlp_mixer, d_model: 16}]\nseeds: 100\n"
+                    f"train: {{max_steps: 20, eval_every: 10}}\n{bad}\n")
+    with pytest.raises(ConfigError, match=message):
+        expand(load_spec(path))
+    assert len(built) == 1

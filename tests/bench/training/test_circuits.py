@@ -2,6 +2,7 @@
 to end, and bad input is one line."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from torch import nn
 
 from architectures import PatchesAttention
 from bench.core.heads import CLASSES, THRESHOLDS, sink_course
+from bench.training.checkpoint import analysis_path, analysis_steps
 from bench.training.circuits import Screen, class_keys, classify, parse_thresholds
 from datamodules import build_task
 from datamodules.config import InductionConfig
@@ -181,6 +183,18 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, induction_run, tmp_path):
     (bare / "result.json").write_text(json.dumps(result))
     code, captured = cli("circuits", str(bare))
     assert code == 2 and "no analysis checkpoints" in captured.err
+    for text in ("garbage", "{}", '{"config": 5}'):
+        (bare / "result.json").write_text(text)
+        code, captured = cli("circuits", str(bare))
+        assert code == 2 and captured.err.strip().startswith(
+            f"error: RUN_DIR: {bare}/result.json is not a run's result"), captured.err
+    torn = tmp_path / "torn"
+    shutil.copytree(induction_run, torn, ignore=shutil.ignore_patterns("circuits"))
+    analysis_path(torn, analysis_steps(torn)[0]).write_bytes(b"garbage")
+    code, captured = cli("circuits", str(torn))
+    assert code == 2 and len(captured.err.strip().splitlines()) == 1 and (
+        "is not a checkpoint of this run (UnpicklingError on loading it)") in captured.err
+    assert not (torn / "circuits").exists()
     result["config"]["task"] = {"name": "linear_map"}
     (bare / "result.json").write_text(json.dumps(result))
     code, captured = cli("circuits", str(bare))

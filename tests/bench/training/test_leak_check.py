@@ -84,6 +84,14 @@ def test_the_causal_base_is_never_flagged(registered, tmp_path):
     assert result["status"] in ("emerged", "censored")
 
 
+def test_a_causal_mixer_under_mixed_precision_is_never_flagged(tmp_path):
+    # the scrambled recomputation runs under the evaluation's autocast: outside it, bf16 logits
+    # were compared with float32 ones and every causal mixer ended `leaked` at step 0
+    result = train(load_run_config([*BASE, "trainer.precision=bf16-mixed"]), tmp_path / "r",
+                   progress=False)
+    assert result["status"] in ("emerged", "censored")
+
+
 def test_a_mixer_that_leaks_at_random_is_caught_where_it_leaked(registered, tmp_path):
     # a decisive evaluation is checked against its own scored pass: when that pass leaked, the
     # scrambled recomputation (which leaks only one time in ten) differs

@@ -5,11 +5,12 @@ sets and the ground truth, a plug-in that declares PatchesAttention works, and b
 line with nothing written."""
 
 import json
+import shutil
 
 import pytest
 
 from architectures import ContractError, check_mixer
-from bench.training.checkpoint import analysis_steps
+from bench.training.checkpoint import analysis_path, analysis_steps
 from bench.training.config import load_run_config
 from bench.training.patching import Patcher
 from bench.training.run import train
@@ -155,9 +156,20 @@ def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path, cli):
                                                      "attention probabilities to patch"),
         ([str(mixer)], "--pre/--post: the run did not emerge (censored); give both steps"),
     ]
+    # garbage where a run should be: result.json not JSON, an empty object, a garbage checkpoint
+    for name, text in (("garbage", "garbage"), ("empty", "{}"), ("list", "[1]")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(text)
+        cases.append(([str(tmp_path / name)], f"RUN_DIR: {tmp_path / name}/result.json is not a "
+                                              "run's result"))
+    shutil.copytree(run_dir, tmp_path / "torn", ignore=shutil.ignore_patterns("patch"))
+    torn = analysis_path(tmp_path / "torn", first)
+    torn.write_bytes(b"garbage")
+    cases.append(([str(tmp_path / "torn"), "--pre", str(first), "--post", str(last)],
+                  f"RUN_DIR: {torn} is not a checkpoint of this run (UnpicklingError on loading"))
     for args, message in cases:
         code, captured = cli("patch", *args)
         lines = captured.err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), lines
-    assert not (plain / "patch").exists() and not (mixer / "patch").exists()
+    assert not any((p / "patch").exists() for p in tmp_path.iterdir())
     assert sorted(p.name for p in run_dir.rglob("*")) == before
