@@ -1,5 +1,10 @@
-"""The Python API: what `bench run`, `bench sweep` and the results database offer a script or a
-notebook. The commands call these functions, so both behave the same.
+"""The Python API: what the commands offer a script or a notebook. `bench run`, `sweep`,
+`compare`, `reproduce`, `leaderboard`, `status`, `patch`, `circuits`, `site` and `describe`
+call these functions (the CLI parses and prints; these do), so both behave the same; the
+results database reads as a DataFrame through `load_results`. Three commands are not here:
+`bench ls` and `bench task` print the registries and a task's samples (their Python
+equivalents are `architectures.ARCHITECTURES`, `datamodules.TASKS` and `build_task`), and `bench
+perf` is a measurement tool (`bench.tools.perf`).
 
     from bench.api import describe, compare, train, sweep, load_results
     describe(["arch.name=pkg.mod:MyMixer"])                       # sizes, contract checked
@@ -103,6 +108,77 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
         write_leaderboard(out, spec_dict["name"], results, spec_dict)
     return {"name": parsed.name, "out": out, "counts": counts,
             "leaderboard": out / "leaderboard.md" if shown else None}
+
+
+def reproduce(spec: str | Path, out: str | Path | None = None, seeds: int | None = None,
+              seed_start: int = 0, rows: list[str] | None = None, alpha: float = 0.05,
+              executor: str = "local", workers: int | None = None,
+              options: dict[str, Any] | None = None, progress: bool = False,
+              overrides: list[str] | None = None) -> dict[str, Any]:
+    """Rerun a committed leaderboard (`bench reproduce`) and test, row by row, whether the
+    rerun agrees. Returns {out, table (the path of reproduce.md), rows (per row: its verdict
+    and statistics), agrees (every row agrees)}."""
+    from .analysis.reproduce import reproduce as run_reproduce
+
+    workers = default_workers(executor) if workers is None else workers
+    table, fresh = run_reproduce(Path(spec), Path(out) if out else None, seeds, seed_start,
+                                 rows or [], alpha, executor, workers, options or {}, progress,
+                                 overrides or [])
+    return {"out": fresh, "table": fresh / "reproduce.md", "rows": table,
+            "agrees": all(r["verdict"] == "agrees" for r in table)}
+
+
+def leaderboard(directory: str | Path) -> Path:
+    """Re-render a sweep directory's leaderboard.md, leaderboard.csv and figures from its
+    results database (`bench leaderboard`); returns the path of leaderboard.md."""
+    from .analysis.leaderboard import write_leaderboard
+    from .sweeps.results import read_results
+
+    directory = Path(directory)
+    spec_dict, results = read_results(directory)
+    if not results:
+        raise ConfigError(f"{directory}: no finished runs in {directory}/results.sqlite")
+    write_leaderboard(directory, spec_dict["name"], results, spec_dict)
+    return directory / "leaderboard.md"
+
+
+def status(directory: str | Path) -> dict[str, Any]:
+    """Where a sweep stands (`bench status`): jobs per status and per configuration, failures,
+    whether a sweep process holds it, the ETA; `text` is what the command prints."""
+    from .analysis.status import sweep_status
+
+    return sweep_status(Path(directory))
+
+
+def patch(run_dir: str | Path, pre: int | None = None, post: int | None = None,
+          curve: bool = False) -> dict[str, Any]:
+    """Attention patching of a run with analysis checkpoints (`bench patch`): the report
+    written to RUN_DIR/patch/ (patch.json, or curve.json with `curve`)."""
+    from .training.patching import patch_curve, patch_run
+
+    if curve:
+        if pre is not None:
+            raise ConfigError("--pre: --curve patches from every kept checkpoint before --post; "
+                              "give --post only")
+        return patch_curve(Path(run_dir), post)
+    return patch_run(Path(run_dir), pre, post)
+
+
+def circuits(run_dir: str | Path, thresholds: list[str] | None = None,
+             sequences: int = 2000) -> dict[str, Any]:
+    """The head screen over an induction run's checkpoints (`bench circuits`): the report
+    written to RUN_DIR/circuits/circuits.json; `thresholds` as CLASS=RATIO items."""
+    from .training.circuits import parse_thresholds, screen_run
+
+    return screen_run(Path(run_dir), parse_thresholds(thresholds or []), sequences)
+
+
+def site(root: str | Path = ".", out: str | Path = "site") -> list[Path]:
+    """Render every committed leaderboard under `root` as static HTML into `out` (`bench
+    site`); returns the pages written."""
+    from .analysis.site import build_site
+
+    return build_site(Path(root), Path(out))
 
 
 def default_workers(executor: str) -> int:

@@ -111,14 +111,12 @@ def reproduce(
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Rerun a committed leaderboard and test, row by row, whether it agrees (exit 0) or not."""
-    from .analysis.reproduce import reproduce as run_reproduce
-    from .api import default_workers
+    from .api import reproduce as run_reproduce
 
-    workers = default_workers(executor) if workers is None else workers
-    table, fresh = run_reproduce(spec, out, seeds, seed_start, row or [], alpha, executor,
-                                 workers, _options(option or []), progress, set_ or [])
-    print((fresh / "reproduce.md").read_text())
-    if any(r["verdict"] != "agrees" for r in table):
+    done = run_reproduce(spec, out, seeds, seed_start, row or [], alpha, executor, workers,
+                         _options(option or []), progress, set_ or [])
+    print(done["table"].read_text())
+    if not done["agrees"]:
         raise typer.Exit(1)
 
 
@@ -157,12 +155,9 @@ def _options(items: list[str]) -> dict:
 @app.command()
 def leaderboard(directory: Annotated[Path, typer.Argument(help="a sweep's output directory")]):
     """Re-render leaderboard.md, leaderboard.csv and emergence.png from the results database."""
-    from .sweeps.results import read_results
+    from .api import leaderboard as render
 
-    spec_dict, results = read_results(directory)
-    if not results:
-        raise ConfigError(f"{directory}: no finished runs in {directory}/results.sqlite")
-    _render(directory, spec_dict, results)
+    print(render(directory).read_text())
 
 
 @app.command()
@@ -171,7 +166,7 @@ def status(
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
     """Where a sweep stands: jobs per status, per configuration, failures, live or not, ETA."""
-    from .analysis.status import sweep_status
+    from .api import status as sweep_status
 
     report = sweep_status(directory)
     print(json.dumps(report, indent=2) if json_ else report["text"])
@@ -190,15 +185,11 @@ def patch(
 ) -> None:
     """Attention patching: the pre model with heads' attention taken from the post model (one
     at a time, greedy sets, the ground truth); writes RUN_DIR/patch/."""
-    from .training.patching import curve_markdown, patch_curve, patch_run, to_markdown
+    from .api import patch as run_patch
+    from .training.patching import curve_markdown, to_markdown
 
-    if curve:
-        if pre is not None:
-            raise ConfigError("--pre: --curve patches from every kept checkpoint before --post; "
-                              "give --post only")
-        print(curve_markdown(patch_curve(run_dir, post)))
-        return
-    print(to_markdown(patch_run(run_dir, pre, post)))
+    report = run_patch(run_dir, pre, post, curve)
+    print(curve_markdown(report) if curve else to_markdown(report))
 
 
 @app.command()
@@ -214,9 +205,10 @@ def circuits(
     """Head screen over the run's checkpoints: every head's class (induction, duplicate,
     previous, first/sink, self, local) and participation ratio, formation steps, early
     identification, group ablation; writes RUN_DIR/circuits/."""
-    from .training.circuits import parse_thresholds, screen_run, to_markdown
+    from .api import circuits as screen
+    from .training.circuits import to_markdown
 
-    print(to_markdown(screen_run(run_dir, parse_thresholds(threshold or []), sequences)))
+    print(to_markdown(screen(run_dir, threshold or [], sequences)))
 
 
 @app.command()
@@ -227,18 +219,11 @@ def site(
     = Path("."),
 ) -> None:
     """Render every committed leaderboard as a static HTML site (index.html: the verdicts)."""
-    from .analysis.site import build_site
+    from .api import site as build_site
 
     pages = build_site(root, out)
     print(f"{len(pages)} pages in {out}/ (open {out / 'index.html'}; figures are linked relative "
           "to it, so serve the repository root)")
-
-
-def _render(out: Path, spec: dict, results: list[dict]) -> None:
-    from .analysis.leaderboard import write_leaderboard
-
-    write_leaderboard(out, spec["name"], results, spec)
-    print((out / "leaderboard.md").read_text())
 
 
 @app.command(name="ls")

@@ -41,3 +41,41 @@ def test_importing_the_api_loads_no_torch():
             "print(sorted(m for m in ('torch', 'lightning', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_command_but_the_inspection_tools_goes_through_the_api():
+    # the CLI parses and prints; bench.api does (ls, task: the registries; perf: a tool)
+    import ast
+
+    import bench.api
+
+    tree = ast.parse((ROOT / "bench" / "cli.py").read_text())
+    commands = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                "app.command" in ast.unparse(d) for d in node.decorator_list):
+            commands[node.name] = {a.name for n in ast.walk(node) if isinstance(n, ast.ImportFrom)
+                                   and n.module == "api" for a in n.names}
+    assert set(commands) >= {"run", "sweep", "reproduce", "compare", "leaderboard", "status",
+                             "patch", "circuits", "site", "describe", "ls", "task", "perf"}
+    for name, imported in commands.items():
+        if name in ("ls", "task", "perf"):
+            continue
+        assert imported, f"bench {name} does not call bench.api"
+        assert all(callable(getattr(bench.api, a)) for a in imported)
+
+
+def test_the_api_renders_and_reports_a_committed_board(tmp_path):
+    import shutil
+
+    from bench.api import leaderboard, status
+
+    board = tmp_path / "quickstart"
+    board.mkdir()
+    shutil.copy(ROOT / "leaderboards" / "quickstart" / "results.sqlite", board)
+    path = leaderboard(board)
+    assert path.read_text() == (ROOT / "leaderboards" / "quickstart" / "leaderboard.md").read_text()
+    report = status(board)
+    assert report["counts"]["emerged"] == 24 and "quickstart" in report["text"]
+    with pytest.raises(ConfigError, match="no finished runs|no results database|holds no"):
+        leaderboard(tmp_path / "nothing")
