@@ -19,7 +19,7 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.rows import by_row, content_hash, group_key
 from ..sweeps.results import FINISHED, ResultsDB, read_results
-from ..sweeps.spec import SweepSpec, expand, load_spec, tuning_jobs
+from ..sweeps.spec import DuplicateRows, SweepSpec, expand, load_spec, tuning_jobs
 from ..sweeps.sweep import run_sweep
 from ..training.sections import parse_overrides
 from .labels import lacking, record_defaults, row_labels
@@ -121,9 +121,7 @@ def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePla
     known = set(committed_ids)
     try:
         jobs = [*tuning_jobs(merged), *expand(merged)]  # every check, on the merged board
-    except ConfigError as e:
-        if "two entries resolve to the same" not in str(e):
-            raise
+    except DuplicateRows:
         shown = " ".join(f"arch.{k}={v}" for k, v in arch.items())
         raise ConfigError(f"arch.name: {shown} is already a row of {against} (the same "
                           "resolved architecture config); nothing to compare: change a field "

@@ -188,8 +188,8 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
                              *("| " + " | ".join(row) + " |" for row in rows)])
     cards = [{"name": b.name, "claim": render.inline(b.verdict[0], root) if b.verdict else "",
               "badge": badge(b.verdict[1]) if b.verdict else ("descriptive", "no verdict yet"),
-              "figure": render.target(b.figure(), b.directory.resolve()) if b.figure() else None}
-             for b in boards]
+              "figure": render.target(figure, b.directory.resolve()) if figure else None}
+             for b in boards for figure in [b.figure()]]
     body = render(f"{intro}\n\n{index_table}\n", root)
     written.append(write_atomic(out / "index.html", template.render(
         title="emergence-bench leaderboards", body=body, boards=boards, here="index",

@@ -151,9 +151,8 @@ class ResultsDB:
             return cur.rowcount
 
     def meta(self, key: str, default: Any = None) -> Any:
-        row = self._fetch(self._read("SELECT value FROM meta WHERE key = ?", (key,)))
-        row = row[0] if row else None
-        return json.loads(row[0]) if row else default
+        _, found = self._query("SELECT value FROM meta WHERE key = ?", (key,))
+        return json.loads(found[0][0]) if found else default
 
     # --- the worker's side ---------------------------------------------------------------
     def claim(self, job_id: str) -> None:
@@ -181,19 +180,14 @@ class ResultsDB:
 
     # --- reading -------------------------------------------------------------------------
     def rows(self, where: str = "in_spec = 1", params: tuple = ()) -> list[dict[str, Any]]:
-        cur = self._read(f"SELECT * FROM jobs WHERE {where} ORDER BY position", params)
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in self._fetch(cur)]
+        names, found = self._query(f"SELECT * FROM jobs WHERE {where} ORDER BY position", params)
+        return [dict(zip(names, row)) for row in found]
 
-    def _read(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+    def _query(self, sql: str, params: tuple = ()) -> tuple[list[str], list[tuple]]:
+        """(column names, every row) of a read; a page that does not read back is one line."""
         try:
-            return self.conn.execute(sql, params)
-        except sqlite3.DatabaseError as e:
-            raise self._damaged(e) from None
-
-    def _fetch(self, cur: sqlite3.Cursor) -> list[tuple]:
-        try:
-            return cur.fetchall()
+            cur = self.conn.execute(sql, params)
+            return [d[0] for d in cur.description], cur.fetchall()
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from None
 
@@ -213,8 +207,8 @@ class ResultsDB:
             raise self._damaged(sqlite3.DatabaseError(f"a result that is not JSON: {e}")) from None
 
     def counts(self) -> dict[str, int]:
-        found = dict(self._fetch(self._read(
-            "SELECT status, count(*) FROM jobs WHERE in_spec = 1 GROUP BY status")))
+        found = dict(self._query(
+            "SELECT status, count(*) FROM jobs WHERE in_spec = 1 GROUP BY status")[1])
         return {s: found.get(s, 0) for s in STATUSES}
 
 

@@ -32,6 +32,11 @@ from ..training.sections import build_section
 from .axes import DERIVED_AXES, AxisError, axis_value, derived_axis
 
 
+class DuplicateRows(ConfigError):
+    """Two entries of a spec resolve to the same job config (a compare's new row among them
+    when it is already on the board)."""
+
+
 @dataclass
 class SweepSpec:
     name: str = "sweep"
@@ -229,7 +234,7 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
     if count > MAX_JOBS:
         raise ConfigError(f"task, archs, lr, seeds: the grid lists {count:,} jobs; must be at "
                           f"most {MAX_JOBS:,} (split the sweep)")
-    rows = []  # (section, the row's job at the first seed)
+    rows, configs = [], []  # each row's job at the first seed; the board rows' configs
     for t, task_section in enumerate(spec.tasks):
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
             for where, arch_section in sections:
@@ -239,27 +244,27 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                             train = {**spec.train, **({"lr": lr} if lr is not None else {})}
                             # built once per row (resolving a config is ~0.06 s of OmegaConf)
                             first = _job(task, arch, train, spec, seeds[0], where, pre, j)
-                            rows.append((where, first))
+                            rows.append(first)
                             if where.startswith("archs"):  # a field no row has: at once
-                                check_plot_axes(spec.plots, [first.to_dict()])
-                                check_test_fields(spec.tests, [first.to_dict()], bool(spec.tune),
+                                config = first.to_dict()
+                                check_plot_axes(spec.plots, [config])
+                                check_test_fields(spec.tests, [config], bool(spec.tune),
                                                   counted=False)
+                                configs.append(config)
     check_sweep_trainer(spec.trainer)
     # the spec-level checks read one job per row (the seeds differ in nothing they read), before
-    # the seeds are expanded; a plot or test field missing from a row was refused as that row
-    # was built, so a 10,000-job spec with a bad test answers in a moment. The board is
+    # the seeds are expanded; a plot axis or test field missing from a row was refused as that
+    # row was built, so a 10,000-job spec with a bad test answers in a moment. The board is
     # `archs`' rows: an added row may lack a field (a compare's new mixer), left out
-    configs = [first.to_dict() for where, first in rows if where.startswith("archs")]
-    check_plot_axes(spec.plots, configs)
-    check_test_fields(spec.tests, configs, tuned=bool(spec.tune))
+    check_test_fields(spec.tests, configs, tuned=bool(spec.tune))  # two values or more
     # the other seeds by replacement, which validates the seed again
     jobs = [first if seed == seeds[0] else dataclasses.replace(first, seed=seed)
-            for _, first in rows for seed in seeds]
+            for first in rows for seed in seeds]
     ids = [job.job_id() for job in jobs]
     if len(set(ids)) != len(ids):
-        raise ConfigError("archs, pretrain: two entries resolve to the same config"
-                          if spec.pretrain else
-                          "archs: two entries resolve to the same architecture config")
+        raise DuplicateRows("archs, pretrain: two entries resolve to the same config"
+                            if spec.pretrain else
+                            "archs: two entries resolve to the same architecture config")
     check_tasks(jobs)
     return jobs
 

@@ -68,7 +68,6 @@ class EmergenceCallback(Callback):
             trainer.should_stop = True
 
 
-
 class StepProgressBar(RichProgressBar):
     """Lightning's rich bar described as training, not "Epoch 0/-2": a run is one endless
     epoch bounded by train.max_steps."""
