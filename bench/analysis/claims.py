@@ -19,9 +19,11 @@ from typing import Any
 from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.rows import survival_sample
-from ..core.stats import holm, logrank_test, solve_rate_p, trend_test
+from ..core.stats import holm, logrank_test, smallest_detectable, solve_rate_p, trend_test
 from ..sweeps.axes import AxisError
 from .labels import factor_groups
+
+ALPHA = 0.05  # the level a verdict rejects at (after Holm) and a detectable effect is sized for
 
 
 @dataclass
@@ -37,6 +39,13 @@ class Comparison:
     """which way the data lean: `a sooner`, `higher FIELD sooner`, ..."""
     p_solve_rate: float | None = None
     p_holm: float = 1.0
+    reference: tuple[list[float], list[bool], float] | None = None
+    n_other: int = 0
+    """seeds of the other row"""
+    """the reference row's (steps, emerged, budget): what a slowdown is simulated from"""
+    detectable: float | None = None
+    """where the test did not reject: the smallest slowdown of the reference row's steps its
+    seed counts detect with 80% power at p < ALPHA (inf: none up to the largest ratio tried)"""
 
 
 def _sample(row: dict[str, Any]):
@@ -63,6 +72,8 @@ def run_tests(tests: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[C
                 family += _pairs(field, name, members, entry.get("against"))
         for c, p in zip(family, holm([c.p for c in family])):
             c.p_holm = p
+            if p >= ALPHA and c.reference is not None:
+                c.detectable = smallest_detectable(*c.reference, c.n_other, ALPHA)
         out += family
     return out
 
@@ -95,9 +106,13 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
             res = logrank_test(ta, ea, tb, eb)
             lean = (f"{va[0]} sooner" if res.statistic > 0 else f"{vb[0]} sooner"
                     if res.statistic < 0 else "none")
+            # a slowdown of the reference level (`against`, else the first in order)
+            ref, other = (rb, ta) if against is not None else (ra, tb)
+            budget = max(r["budget_steps"] for r in ref["runs"])
             out.append(Comparison(f"compare {field}", name, f"{va[0]} vs {vb[0]}", res.p,
                                   res.method, lean,
-                                  solve_rate_p(sum(ea), len(ea), sum(eb), len(eb))))
+                                  solve_rate_p(sum(ea), len(ea), sum(eb), len(eb)),
+                                  reference=(*_sample(ref), budget), n_other=len(other)))
     return out
 
 
@@ -107,10 +122,21 @@ def to_markdown(comparisons: list[Comparison]) -> list[str]:
     lines = ["## Tests", "",
              "Log-rank tests on steps-to-emergence (censored seeds kept); p is exact by "
              "permutation below 20 seeds a group. Holm: adjusted over the comparisons of one "
-             "test entry (one claim). Fisher: exact test of the solve rates.", ""]
+             "test entry (one claim). Fisher: exact test of the solve rates. Detects: where a "
+             f"comparison does not reject (Holm p >= {ALPHA}), the smallest slowdown of the "
+             "reference row's steps (the `against` level, else the first) that these seed "
+             f"counts detect with 80% power at p < {ALPHA}, simulated by resampling its seeds "
+             "(none: not even 8x; a trend: not simulated).", ""]
     lines += markdown.table(
-        ["test", "series", "between", "leans", "p", "Holm p", "Fisher p (solve rate)", "method"],
+        ["test", "series", "between", "leans", "p", "Holm p", "Fisher p (solve rate)",
+         "detects (80% power)", "method"],
         [[c.test, c.series, c.between, c.direction, f"{c.p:.3g}", f"{c.p_holm:.3g}",
-          "-" if c.p_solve_rate is None else f"{c.p_solve_rate:.3g}", c.method]
+          "-" if c.p_solve_rate is None else f"{c.p_solve_rate:.3g}", _detects(c), c.method]
          for c in comparisons])
     return [*lines, ""]
+
+
+def _detects(c: Comparison) -> str:
+    if c.detectable is None:
+        return "-"
+    return "none" if c.detectable == float("inf") else f"{c.detectable:g}x"

@@ -6,9 +6,10 @@ import sqlite3
 
 import pytest
 
-from bench.analysis.claims import run_tests
+from bench.analysis.claims import run_tests, to_markdown
 from bench.analysis.leaderboard import summarise
 from bench.core.errors import ConfigError
+from bench.core.stats import smallest_detectable
 from bench.sweeps.spec import expand, load_spec, tuning_jobs
 
 
@@ -46,6 +47,22 @@ def test_pairwise_comparisons_are_holm_adjusted_within_one_claim():
     assert [c.between for c in against] == ["2 vs 4", "8 vs 4"]
     lowest = run_tests([{"compare": "arch.n_heads", "against": 2}], rows)
     assert [c.between for c in lowest] == ["4 vs 2", "8 vs 2"]  # every level, not the first
+
+
+def test_a_comparison_that_does_not_reject_says_what_its_seeds_could_detect():
+    rows = _rows({2: [100, 110, 120, 130], 4: [500, 600, 700, 800], 8: [90, 100, 140, 150]})
+    pairs = {c.between: c for c in run_tests([{"compare": "arch.n_heads", "against": 2}], rows)}
+    assert pairs["8 vs 2"].p_holm >= 0.05 and pairs["8 vs 2"].detectable is not None
+    # simulated from the reference level's own seeds (n_heads = 2), at the other row's count
+    ref = ([100, 110, 120, 130], [True] * 4, 1000)
+    assert pairs["8 vs 2"].detectable == smallest_detectable(*ref, 4, 0.05)
+    [rejects] = run_tests([{"compare": "arch.n_heads"}],
+                          _rows({2: list(range(100, 180, 10)), 4: list(range(500, 580, 10))}))
+    assert rejects.p_holm < 0.05 and rejects.detectable is None  # it rejected: nothing to size
+    table = "\n".join(to_markdown(list(pairs.values())))
+    assert "detects (80% power)" in table
+    [censored] = run_tests([{"compare": "arch.n_heads"}], _rows({2: [None] * 4, 4: [None] * 4}))
+    assert censored.detectable == float("inf") and "| none |" in "\n".join(to_markdown([censored]))
 
 
 @pytest.mark.parametrize("tests,message", [
