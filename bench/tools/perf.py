@@ -136,14 +136,15 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     bare = BareLoop(module, task, device)
     first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
     steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
-    lightning, plain, gen, evals, wholes, analyses = [], [], [], [], [], []
+    lightning, plain, gen, evals, wholes, analyses, leaks = [], [], [], [], [], [], []
     for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
-        step_s, eval_s, whole_s, analysis_s = lightning_stretch(cfg, module, task, warmup, steps,
-                                                                accelerator)
+        step_s, eval_s, whole_s, analysis_s, leak_s = lightning_stretch(
+            cfg, module, task, warmup, steps, accelerator)
         lightning.append(step_s)  # median step time, robust to this machine's hiccups
         evals.append(eval_s)
         wholes.append(whole_s)
         analyses.append(analysis_s)
+        leaks.append(leak_s / whole_s)
         durations, gen_s = bare.run(steps)
         plain.append(statistics.median(durations))
         gen.append(gen_s / sum(durations))
@@ -168,7 +169,8 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
         "overhead": statistics.median(ratio), "overhead_min": min(ratio),
         "overhead_max": max(ratio), "batch_share": statistics.median(gen),
         "eval_share": share(evals), "whole_eval_share": share(wholes),
-        "analysis_share": share(analyses), "eval_every": cfg.train.eval_every,
+        "analysis_share": share(analyses), "leak_of_whole": statistics.median(leaks),
+        "eval_every": cfg.train.eval_every,
         "screen_size": cfg.train.screen_size, "screen_rows": task.screen_rows,
         "influence_every": module.influence_every,
         "peak_mib": peak,
@@ -216,7 +218,7 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
     """Train warmup + steps through the runner's Trainer with two evaluations inside: at a third
     a screened one, as a run makes at almost every cadence point, and at two thirds a whole one;
     return (median seconds per timed step, seconds of the screened evaluation, of the whole one,
-    and of the analysis within the screened one)."""
+    of the analysis within the screened one, and of the leak check within the whole one)."""
     import dataclasses
 
     from lightning.pytorch.callbacks import Callback
@@ -229,7 +231,8 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
         def __init__(self):
             self.ends: list[float] = []
             self.v0, self.a0 = 0.0, 0.0
-            self.evals: list[tuple[float, float]] = []  # (seconds, analysis seconds)
+            # (seconds, analysis seconds, leak-check seconds: made at a whole evaluation only)
+            self.evals: list[tuple[float, float, float]] = []
 
         def on_train_batch_end(self, trainer, *args):
             if trainer.global_step >= warmup:
@@ -244,7 +247,7 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
 
         def on_validation_start(self, trainer, pl_module):
             self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s
-            self.i0 = pl_module.influence_s
+            self.i0, self.l0 = pl_module.influence_s, pl_module.leak_s
 
         def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
             screen = trainer.datamodule.screen_chunks(trainer.world_size)
@@ -257,7 +260,8 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
                 # the influence map, measured at both, counts 1/k: it comes every k-th time
                 influence = (pl_module.influence_s - self.i0) * (1 - 1 / every_k)
                 self.evals.append((time.perf_counter() - self.v0 - influence,
-                                   pl_module.analysis_s - self.a0 - influence))
+                                   pl_module.analysis_s - self.a0 - influence,
+                                   pl_module.leak_s - self.l0))
 
     every_k = module.influence_every  # the default cadence's (eval_every 50)
     module.influence_every = 1  # measured at each evaluation of the stretch, counted 1/k
@@ -272,9 +276,9 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
         trainer = build_trainer(run_cfg, Path(tmp), [emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
     module.influence_every = every_k
-    (screened, analysis), (whole, _) = timer.evals[0], timer.evals[1]
+    (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
-    return statistics.median(np.diff(timer.ends)), screened, whole, analysis
+    return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak
 
 
 # --- seeds per hour ----------------------------------------------------------------------------
@@ -367,6 +371,10 @@ def exponents(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"  # a report made before it was measured
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [f"# bench perf ({report['date']}, {m['device']}, torch {m['torch']}, "
@@ -375,14 +383,16 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += markdown.table(
         ["mixer", "size", "L", "path", "compile", "Lightning steps/s", "bare steps/s",
          "Lightning/bare step time [range]", "tokens/s", "batch gen", f"eval @{eval_every}",
-         "screen rows", "analysis", "map every", "whole eval", "seeds/h (est.)", "peak MiB"],
+         "screen rows", "analysis", "map every", "whole eval", "leak check", "seeds/h (est.)",
+         "peak MiB"],
         [[r["arch"], r["size"], r["seq_tokens"] - 1, r["kernel_path"],
           "yes" if r["compile"] else "no", f"{r['lightning_steps_per_s']:.1f}",
           f"{r['bare_steps_per_s']:.1f}", f"{r['overhead']:.3f} [{r['overhead_min']:.3f}, "
           f"{r['overhead_max']:.3f}]", f"{r['lightning_tokens_per_s']:,.0f}",
           f"{r['batch_share']:.1%}", f"{r['eval_share']:.1%}",
           r.get("screen_rows", "-"), f"{r['analysis_share']:.1%}", r.get("influence_every", 1),
-          f"{r['whole_eval_share']:.1%}", f"{job_seeds_per_hour(r):,.0f}",
+          f"{r['whole_eval_share']:.1%}", _share(r.get("leak_of_whole")),
+          f"{job_seeds_per_hour(r):,.0f}",
           f"{r['peak_mib']:,.0f}"]
          for r in report["rows"]])
     lines += ["", f"eval @{eval_every}: the screened evaluation a run makes at almost every "
@@ -392,7 +402,9 @@ def to_markdown(report: dict[str, Any]) -> str:
               "of wall time; analysis: its gradient and intervention maps "
               "(counted 1/k, made every k-th evaluation: 'map every') and attention statistics; "
               "whole eval: the full set, made at step 0, at the end and where the outcome could "
-              f"turn on it; seeds/h (est.): jobs of {JOB_STEPS:,} steps per hour in one process "
+              "turn on it; leak check: the scrambled-future recomputation every whole "
+              "evaluation makes (`leak_check`), as a share of that evaluation's time; "
+              f"seeds/h (est.): jobs of {JOB_STEPS:,} steps per hour in one process "
               "at this step time and evaluation share (the measured figure per executor setting "
               "is below, with --seeds-per-hour)."]
     if report["exponents"]:

@@ -71,6 +71,7 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
         assert 0 < r["batch_share"] < 1 and 0 < r["eval_share"] < 1 and r["peak_mib"] > 0
         assert 0 < r["analysis_share"] < r["eval_share"] < 1 and r["screen_size"] == 128
         assert 0 < r["whole_eval_share"] < 1
+        assert 0 < r["leak_of_whole"] < 1  # the whole evaluation recomputes its first chunk
         # at batch 4 the screen is an eighth of the 200 sequences between two evaluations
         assert r["screen_rows"] == (128 + 64 if r["size"] == "quickstart" else 25 + 12)
         # the maps: 16 x 8 gradient passes and 16 x (L flips) copies at a third each, against
@@ -83,6 +84,7 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
     assert (out / "perf.png").stat().st_size > 0
     text = (out / "perf.md").read_text()
     assert "| mlp_mixer | quickstart | 23 | torch | no |" in text and "seeds/h (est.)" in text
+    assert "leak check" in text
     from bench.tools.perf import job_seeds_per_hour
 
     r = rows[0]  # 2,000-step jobs at its step time, evaluation's share of the wall time added
