@@ -45,8 +45,10 @@ MAX_ROUNDS = 64  # rejection rounds before a sampler gives up with a clear error
 
 class Batch(NamedTuple):
     inputs: torch.Tensor  # (B, L) long
-    targets: torch.Tensor  # (B, L) long, targets[:, p] = token p + 1
-    counted: torch.Tensor | None = None  # (B, L) bool: scored targets that count (evaluation)
+    targets: torch.Tensor  # (B, L) long: token p + 1 (a task may set its scored ones: `split`)
+    # (B, L) bool: the scored targets that count (evaluation: the held-out ones; training: set
+    # only where a task's scored targets vary by sequence, else every scored one counts)
+    counted: torch.Tensor | None = None
     probe: torch.Tensor | None = None  # (B,) bool: a training-part sequence (evaluation)
 
 
@@ -162,6 +164,16 @@ class SequenceTask(L.LightningDataModule):
         valid = torch.zeros(tokens.shape[1], self.vocab_size, dtype=torch.bool)
         valid[torch.arange(tokens.shape[1]).expand_as(tokens), tokens] = True
         return valid
+
+    def split(self, tokens: torch.Tensor) -> Batch:
+        """(B, n) sequences -> model inputs and targets (B, n - 1): by default the next
+        tokens; a task whose answer is not the next input (zoology's MQAR) sets its own."""
+        return split_tokens(tokens)
+
+    def train_counted(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """(B, L) bool: the scored targets the training loss reads in each of `tokens`; None
+        (the default): every scored one."""
+        return None
 
     def probe_counted(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, L) bool: the targets of probe sequences (N, n) that count, like the held-out
@@ -282,7 +294,7 @@ class SequenceTask(L.LightningDataModule):
             es = self.eval_set(torch.device("cpu"))
             tokens, scored = es.tokens[~es.probe], self.scored_positions()
             V, G = self.vocab_size, self.group_size
-            truth = tokens[:, 1:][:, scored]  # (N, P)
+            truth = self.split(tokens).targets[:, scored]  # (N, P)
             counted = es.counted[~es.probe][:, scored]  # (N, P)
             N, P = truth.shape
             # counts of each (position, token) among the counted targets, sparse: P x V can be
@@ -334,7 +346,8 @@ class SequenceTask(L.LightningDataModule):
     def train_batch(self, step: int, device: torch.device, rank: int = 0, world: int = 1) -> Batch:
         """This rank's rows of step `step`'s global batch: any device count sees the same data."""
         gen = make_generator(self.seed, TRAIN_STREAM, step, device)
-        return split_tokens(self.draw(self.batch_size, gen).tensor_split(world)[rank])
+        tokens = self.draw(self.batch_size, gen).tensor_split(world)[rank]
+        return self.split(tokens)._replace(counted=self.train_counted(tokens))
 
     def eval_chunks(self, world: int = 1) -> list[tuple[int, int]]:
         """Row slices of the evaluation set, one forward pass of every rank each; with a
@@ -367,7 +380,7 @@ class SequenceTask(L.LightningDataModule):
         es = self.eval_set(device)
         a, b = (0, len(es.tokens)) if chunk is None else self.eval_chunks(world)[chunk]
         tokens, counted, probe = (x[a:b].tensor_split(world)[rank] for x in es)
-        inputs, targets, _, _ = split_tokens(tokens)
+        inputs, targets, _, _ = self.split(tokens)
         return Batch(inputs, targets, counted, probe)
 
     @property

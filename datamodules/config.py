@@ -279,62 +279,148 @@ class InductionConfig(TaskConfig):
 
 @dataclass
 class MQARConfig(TaskConfig):
-    """Multi-query associative recall (zoology's MQAR): `n_pairs` key-value pairs, `gap` filler
-    tokens, then `n_queries` of the keys again, each followed by its value; scored at the
-    queries. The held-out part is a set of bindings (key, value): no training sequence binds
-    one, and the evaluation counts only the queries of held-out bindings."""
+    """Multi-query associative recall, by default as zoology defines it (`multiquery_ar`,
+    HazyResearch/zoology): `n_pairs` key-value pairs (distinct keys, distinct values), then a
+    query region where each key appears once at a slot drawn by a power law (`power_a`), among
+    blank or noise tokens; scored at the query keys only (each predicts its value). `layout:
+    block` is the earlier variant the committed recall board ran (values i.i.d., the queries in
+    one block after `gap` fillers, each followed by its answer). The held-out part is a set of
+    bindings (key, value): no training sequence binds one, and the evaluation counts only the
+    queries of held-out bindings. Fields of the other layout stay unset (None)."""
 
-    SHOWN: ClassVar[tuple[str, ...]] = ("n_pairs", "n_keys", "n_values", "gap")
+    SHOWN: ClassVar[tuple[str, ...]] = ("layout", "n_pairs", "vocab_size", "length", "n_keys",
+                                        "n_values", "gap")
     DATAMODULE: ClassVar[str] = "datamodules.mqar:MQAR"
+    LAYOUTS: ClassVar[tuple[str, ...]] = ("zoology", "block")
 
     name: str = "mqar"
+    layout: str = "zoology"
+    """zoology (its multiquery_ar) or block (the earlier variant; the committed recall board)"""
     n_pairs: int = 8
-    """key-value pairs per sequence (distinct keys)"""
-    n_queries: int = 0
-    """queries per sequence (distinct keys of the pairs, 1 .. n_pairs); 0 asks every key once"""
-    n_keys: int = 32
-    """key tokens (>= n_pairs)"""
-    n_values: int = 32
-    """value tokens (>= 2)"""
-    gap: int = 0
-    """filler tokens between the pairs and the queries (the recall distance grows with it)"""
+    """key-value pairs per sequence (zoology's num_kv_pairs): distinct keys"""
+    vocab_size: int | None = None
+    """zoology: tokens V (keys 1 .. V/2 - 1, values V/2 .. V - 1, 0 the blank); default 8,192"""
+    length: int | None = None
+    """zoology: input tokens (its input_seq_len, even; the pairs then (length - 2*n_pairs)/2
+    query slots); default 64"""
+    power_a: float | None = None
+    """zoology: query slot i (0-based) drawn with weight (i + 1)^(power_a - 1), without
+    replacement; 1 is uniform; default 0.01 (most queries close to the context)"""
+    random_non_queries: bool | None = None
+    """zoology: every blank of the query region replaced by a random token; default True"""
+    n_queries: int | None = None
+    """block: queries per sequence (distinct keys of the pairs); 0 asks every key once"""
+    n_keys: int | None = None
+    """block: key tokens (>= n_pairs); default 32"""
+    n_values: int | None = None
+    """block: value tokens (>= 2); default 32"""
+    gap: int | None = None
+    """block: filler tokens between the pairs and the queries; default 0"""
+
+    ZOOLOGY: ClassVar[dict[str, Any]] = {"vocab_size": 8192, "length": 64, "power_a": 0.01,
+                                         "random_non_queries": True}
+    BLOCK: ClassVar[dict[str, Any]] = {"n_queries": 0, "n_keys": 32, "n_values": 32, "gap": 0}
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.layout not in self.LAYOUTS:
+            raise ValueError(f"layout: must be one of {', '.join(self.LAYOUTS)}, got "
+                             f"{self.layout!r}")
+        own, other = ((self.ZOOLOGY, self.BLOCK) if self.layout == "zoology"
+                      else (self.BLOCK, self.ZOOLOGY))
+        for name in other:
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: a field of layout {self._other()}, not of layout "
+                                 f"{self.layout}")
+        for name, default in own.items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
         check_range(self, "n_pairs", 1, MAX_LENGTH)
+        if self.layout == "zoology":
+            self._check_zoology()
+        else:
+            self._check_block()
+        if self.key_count * self.value_count > MAX_BINDINGS:
+            raise ValueError(f"{'vocab_size' if self.layout == 'zoology' else 'n_values'}: the "
+                             f"binding table (keys x values = {self.key_count} x "
+                             f"{self.value_count}) must have at most {MAX_BINDINGS:,} entries")
+        if self.n_tokens > MAX_LENGTH:
+            raise ValueError(f"{'length' if self.layout == 'zoology' else 'gap'}: a sequence of "
+                             f"{self.n_tokens} tokens; must be at most {MAX_LENGTH}")
+
+    def _other(self) -> str:
+        return "block" if self.layout == "zoology" else "zoology"
+
+    def _check_zoology(self) -> None:
+        check_range(self, "vocab_size", 2 * self.n_pairs + 2, MAX_VOCAB,
+                    " (keys 1 .. V/2 - 1 and values V/2 .. V - 1, each distinct in a sequence)")
+        check_range(self, "length", 4 * self.n_pairs, MAX_LENGTH,
+                    f" (2*n_pairs context tokens and a slot of two for each of the {self.n_pairs}"
+                    " queries)")
+        if self.length % 2:
+            raise ValueError(f"length: must be even (query slots are two tokens), got "
+                             f"{self.length}")
+        a = self.power_a
+        if isinstance(a, bool) or not isinstance(a, int | float) or not 0 < a <= 1:
+            raise ValueError(f"power_a: must be in (0, 1] (1: uniform slots), got {a!r}")
+        if not isinstance(self.random_non_queries, bool):
+            raise ValueError(f"random_non_queries: must be true or false, got "
+                             f"{self.random_non_queries!r}")
+        if self.random_targets:
+            raise ValueError("random_targets: not available with layout zoology (its answers "
+                             "are read off the context, not stored); use layout block")
+
+    def _check_block(self) -> None:
         check_range(self, "n_queries", 0, self.n_pairs, " (queries ask distinct keys of the "
                     "pairs; 0 asks every key)")
         check_range(self, "n_keys", self.n_pairs, MAX_VOCAB, " (keys are distinct within a "
                     "sequence)")
         check_range(self, "n_values", 2, MAX_VOCAB)
         check_range(self, "gap", 0, MAX_LENGTH)
-        if self.n_keys * self.n_values > MAX_BINDINGS:
-            raise ValueError(f"n_values: the binding table n_keys*n_values must have at most "
-                             f"{MAX_BINDINGS:,} entries, got {self.n_keys}*{self.n_values}")
-        if self.length > MAX_LENGTH:
-            raise ValueError(f"gap: a sequence of 2*(n_pairs + queries) + gap = {self.length} "
-                             f"tokens; must be at most {MAX_LENGTH}")
+
+    # --- the token alphabet, shared by both layouts: 0 the blank, then keys, then values -----
+    @property
+    def key_count(self) -> int:
+        """Key tokens: 1 .. key_count."""
+        return self.vocab_size // 2 - 1 if self.layout == "zoology" else self.n_keys
+
+    @property
+    def value_base(self) -> int:
+        """The first value token."""
+        return self.vocab_size // 2 if self.layout == "zoology" else 1 + self.n_keys
+
+    @property
+    def value_count(self) -> int:
+        return (self.vocab_size - self.vocab_size // 2 if self.layout == "zoology"
+                else self.n_values)
 
     @property
     def queries(self) -> int:
         """Queries per sequence."""
-        return self.n_queries or self.n_pairs
+        return self.n_pairs if self.layout == "zoology" else self.n_queries or self.n_pairs
 
     @property
-    def length(self) -> int:
-        """Tokens in a sequence."""
+    def slots(self) -> int:
+        """zoology: the query region's slots (two tokens each), where the queries are placed."""
+        return (self.length - 2 * self.n_pairs) // 2
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens in a stored sequence (the model's inputs and one more)."""
+        if self.layout == "zoology":
+            return self.length + 1
         return 2 * self.n_pairs + self.gap + 2 * self.queries
 
     @property
     def vocab(self) -> int:
-        return 1 + self.n_keys + self.n_values  # the filler, the keys, the values
+        return self.vocab_size if self.layout == "zoology" else 1 + self.n_keys + self.n_values
 
     @property
     def seq_len(self) -> int:
-        return self.length - 1
+        return self.n_tokens - 1
 
     def table_bytes(self) -> int:
-        return self.n_keys * self.n_values  # the held-out bindings
+        return self.key_count * self.value_count  # the held-out bindings
 
 
 @dataclass

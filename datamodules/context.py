@@ -9,10 +9,14 @@ model answers those by reading its context, not by recalling anything it was tra
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .base import EVAL_STREAM, SequenceTask, derive_seed
 from .split import state_hash
+
+HASH_CHUNK = 1 << 20  # indices hashed at once
 
 
 class ContextTask(SequenceTask):
@@ -24,10 +28,17 @@ class ContextTask(SequenceTask):
     def held_table(self, *shape: int) -> torch.Tensor:
         """(*shape) bool: which of the items indexed by `shape` this instance holds out (a
         fixed hash of each index), on the CPU."""
-        grid = torch.stack(torch.meshgrid(*(torch.arange(n) for n in shape), indexing="ij"),
-                           dim=-1)
         salt = derive_seed(self.instance_seed, EVAL_STREAM)
-        return state_hash(grid, salt) < self.config.held_out
+        first, rest = shape[0], shape[1:]
+        # in slices of the first index: a hash of 2^24 indices at once holds ~1 GB of int64s
+        step = max(1, HASH_CHUNK // max(1, math.prod(rest)))
+        parts = []
+        for start in range(0, first, step):
+            axes = (torch.arange(start, min(start + step, first)),
+                    *(torch.arange(n) for n in rest))
+            grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+            parts.append(state_hash(grid, salt) < self.config.held_out)
+        return torch.cat(parts)
 
     def held_counts(self) -> tuple[int, int]:
         """(items, held-out items)."""

@@ -25,8 +25,9 @@ def label(section: dict[str, Any], defaults: dict[str, Any] | None,
     """`name(field=value, ...)`: the fields in `always`, then those that differ from `defaults`
     (every field where the defaults are unknown)."""
     defaults = defaults or {}
-    keys = [k for k in always if k in section]
-    keys += [k for k in section if k not in keys and k != "name" and defaults.get(k) != section[k]]
+    keys = [k for k in always if section.get(k) is not None]  # None: a field that does not apply
+    keys += [k for k in section if k not in keys and k != "name" and section[k] is not None
+             and defaults.get(k) != section[k]]
     shown = ", ".join(f"{k}={section[k]}" for k in keys)
     return f"{section['name']}({shown})" if shown else section["name"]
 

@@ -201,10 +201,12 @@ class Screen:
         total, count = 0.0, 0
         at = self.task.scored_positions()
         for logits, rows in self._forward_masked(zeroed or {}, mean=mean):
-            target = self.tokens[rows][:, at + 1]
-            total += float(F.cross_entropy(logits[:, at].flatten(0, 1).float(), target.flatten(),
+            tokens = self.tokens[rows]
+            target, keep = self.task.split(tokens).targets[:, at], self.task.train_counted(tokens)
+            keep = torch.ones_like(target, dtype=torch.bool) if keep is None else keep[:, at]
+            total += float(F.cross_entropy(logits[:, at][keep].float(), target[keep],
                                            reduction="sum"))
-            count += target.numel()
+            count += int(keep.sum())
         return total / count
 
     def _forward_masked(self, zeroed: dict[int, torch.Tensor], limit: int | None = None,

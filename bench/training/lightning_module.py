@@ -20,7 +20,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
 
 from architectures import ArchConfig, Backbone, RecordsAttention
-from datamodules.base import Batch, SequenceTask, join_tokens, split_tokens
+from datamodules.base import Batch, SequenceTask, join_tokens
 
 from .config import TrainConfig
 from .influence import (
@@ -115,6 +115,9 @@ class EmergenceModule(L.LightningModule):
 
     def loss(self, batch: Batch) -> torch.Tensor:
         logits, targets = self.scored_logits(batch)
+        if batch.counted is not None:  # a task whose scored targets vary by sequence
+            keep = batch.counted.index_select(1, self.scored)
+            return F.cross_entropy(logits[keep], targets[keep])
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -206,7 +209,7 @@ class EmergenceModule(L.LightningModule):
         per_sequence = self.task.PER_SEQUENCE_PATTERN
         with torch.inference_mode(False), torch.enable_grad():
             tokens = es.tokens[held].clone()  # a normal tensor: evaluation runs in inference mode
-            batch = split_tokens(tokens)
+            batch = self.task.split(tokens)
             maps = {"influence": influence_map(self.model, self.model.embed, batch.inputs,
                                                batch.targets, self.scored[rows],
                                                per_sequence=per_sequence)}
