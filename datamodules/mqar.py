@@ -235,6 +235,29 @@ class MQAR(ContextTask):
                                  f"in {MAX_ROUNDS} rounds; raise vocab_size")
         return tokens
 
+    def replacement_values(self) -> torch.Tensor:
+        """(L, V) bool, read off the layout rather than a sample (the vocabulary may be large):
+        any key at a binding's key, any value at its value; zoology: blank or any key at a
+        slot's first token, blank at its second (every token with `random_non_queries`); block:
+        blank in the gap, keys and values alternating in the queries."""
+        c, pairs = self.config, 2 * self.config.n_pairs
+        keys = slice(1, 1 + c.key_count)
+        values = slice(c.value_base, c.value_base + c.value_count)
+        valid = torch.zeros(self.seq_len, self.vocab_size, dtype=torch.bool)
+        valid[0:pairs:2, keys] = True
+        valid[1:pairs:2, values] = True
+        if self.zoology and c.random_non_queries:
+            valid[pairs:] = True
+        elif self.zoology:
+            valid[pairs:, 0] = True
+            valid[pairs::2, keys] = True
+        else:
+            start = pairs + c.gap
+            valid[pairs:start, 0] = True
+            valid[start::2, keys] = True
+            valid[start + 1 :: 2, values] = True
+        return valid
+
     # --- what is scored and read ------------------------------------------------------------------
     def asked(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, P) bool: the scored positions of `tokens` that hold a query (zoology: a slot

@@ -166,9 +166,13 @@ def test_an_untrained_model_has_no_preference_beyond_noise(arch):
     assert max(abs(a - 0.5) for a in aurocs) <= UNTRAINED_NOISE, aurocs
 
 
+MORE_LAYOUTS = [TASKS["mqar"](random_non_queries=True), TASKS["mqar"](layout="block", gap=3)]
+
+
 def test_every_task_says_what_a_replacement_is():
-    for name, config in TASKS.items():
-        task = build_task(config(), seed=0, eval_size=32)
+    for config in [config() for config in TASKS.values()] + MORE_LAYOUTS:
+        name = config.name
+        task = build_task(config, seed=0, eval_size=32)
         valid = task.replacement_values()
         assert valid.shape == (task.seq_len, task.vocab_size) and valid.dtype == torch.bool
         tokens = task.sample(64, torch.Generator().manual_seed(1))[:, :-1]
