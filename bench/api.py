@@ -20,6 +20,7 @@ Importing this module is cheap: torch, Lightning and pandas load when a function
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -211,17 +212,17 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     tuning = set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
     rows = []
     for r in results:
-        config = r["config"]
+        config = r.config
         task, arch = row_labels(config)
         rows.append({
-            "job_id": r["job_id"], "row": group_key(config), "task": task, "arch": arch,
-            "seed": config["seed"], "tuning": config["seed"] in tuning, "status": r["status"],
-            "steps_to_emergence": r["steps_to_emergence"],
-            "refined_step": r.get("refined_step"), "steps": r["steps"],
-            "budget_steps": r["budget_steps"], "tokens_to_emergence": r["tokens_to_emergence"],
-            "transition_width": r["transition_width"], **r.get("accuracy", {}),
-            "n_params": r["n_params"], "steps_per_s": r["steps_per_s"],
-            "wall_time_s": r["wall_time_s"], "kernel_path": r.get("kernel_path"),
+            "job_id": r.job_id, "row": group_key(config), "task": task, "arch": arch,
+            "seed": r.seed, "tuning": r.seed in tuning, "status": r.status,
+            "steps_to_emergence": r.steps_to_emergence, "refined_step": r.refined_step,
+            "steps": r.steps, "budget_steps": r.budget_steps,
+            "tokens_to_emergence": r.tokens_to_emergence,
+            "transition_width": r.transition_width, **dataclasses.asdict(r.accuracy),
+            "n_params": r.n_params, "steps_per_s": r.steps_per_s,
+            "wall_time_s": r.wall_time_s, "kernel_path": r.kernel_path,
             **pd.json_normalize({k: v for k, v in config.items() if k != "seed"}, sep=".")
             .iloc[0].to_dict(),
         })

@@ -51,8 +51,8 @@ TWO_THIRDS = 2 / 3  # F4: "most of the final induction circuit (67%)"
 
 
 def _screened(row: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r["circuits"] | {"max_steps": r["config"]["train"]["max_steps"]}
-            for r in row["runs"] if isinstance(r.get("circuits"), dict)]
+    return [r.circuits | {"max_steps": r.config["train"]["max_steps"]}
+            for r in row["runs"] if isinstance(r.circuits, dict)]
 
 
 def _first(c: dict[str, Any]) -> float:

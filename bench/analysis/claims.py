@@ -108,7 +108,7 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
                     if res.statistic < 0 else "none")
             # a slowdown of the reference level (`against`, else the first in order)
             ref, other = (rb, ta) if against is not None else (ra, tb)
-            budget = max(r["budget_steps"] for r in ref["runs"])
+            budget = max(r.budget_steps for r in ref["runs"])
             out.append(Comparison(f"compare {field}", name, f"{va[0]} vs {vb[0]}", res.p,
                                   res.method, lean,
                                   solve_rate_p(sum(ea), len(ea), sum(eb), len(eb)),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.record import RunRecord
 from ..core.rows import by_row, content_hash, group_key
 from ..sweeps.results import FINISHED, ResultsDB, read_results
 from ..sweeps.spec import DuplicateRows, SweepSpec, expand, load_spec, tuning_jobs
@@ -67,17 +68,17 @@ def check_committed(db_path: Path, tuning: list, jobs: list) -> None:
                           "with bench sweep first")
 
 
-def size_notes(results: list[dict[str, Any]], new_rows: set[str]) -> list[str]:
+def size_notes(results: list[RunRecord], new_rows: set[str]) -> list[str]:
     """One line per new row whose parameters are more than 20% off the baselines' median on
     the same task."""
     baselines: dict[str, list[int]] = {}
     new: list[tuple[str, str, int]] = []
     for key, runs in by_row(results).items():
-        task, arch = row_labels(runs[0]["config"])
+        task, arch = row_labels(runs[0].config)
         if key in new_rows:
-            new.append((task, arch, runs[0]["n_params"]))
+            new.append((task, arch, runs[0].n_params))
         else:
-            baselines.setdefault(task, []).append(runs[0]["n_params"])
+            baselines.setdefault(task, []).append(runs[0].n_params)
     notes = []
     for task, arch, params in new:
         base = statistics.median(baselines.get(task, [params]))
@@ -148,12 +149,12 @@ def left_out_notes(spec: SweepSpec, configs: list[dict[str, Any]]) -> list[str]:
             "include it" for kind, axes in asked if lacking(row, axes)]
 
 
-def machine_notes(results: list[dict[str, Any]], new_rows: set[str]) -> list[str]:
+def machine_notes(results: list[RunRecord], new_rows: set[str]) -> list[str]:
     """A note when the new rows ran on another machine than the committed ones (CPU model and
     torch threads, as each run recorded them): their steps/s then compare machines, not
     mixers."""
-    def machine(run: dict[str, Any]) -> str:
-        v = run.get("versions") or {}
+    def machine(run: RunRecord) -> str:
+        v = run.versions or {}
         return f"{v.get('cpu', '?')}, {v.get('torch_threads', '?')} threads"
 
     new, old = set(), set()
@@ -197,9 +198,9 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
     record_defaults(spec_dict.get("arch_defaults", {}))
     rows = write_leaderboard(out, spec_dict["name"], results, spec_dict)
     new_rows = {key for key, runs in by_row(results).items()
-                if _key(runs[0]["config"]["arch"]) in plan.new_archs}
+                if _key(runs[0].config["arch"]) in plan.new_archs}
     committed = [r for r, _ in best_lr(summarise(
-        [r for r in reported(results, spec_dict) if group_key(r["config"]) not in new_rows]))]
+        [r for r in reported(results, spec_dict) if group_key(r.config) not in new_rows]))]
     tests = spec_dict.get("tests") or []
     notes = [*size_notes(results, new_rows), *machine_notes(results, new_rows), *plan.notes,
              *holm_notes(run_tests(tests, committed), run_tests(tests, rows))]

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core import markdown
 from ..core.errors import ConfigError
+from ..core.record import RunRecord, as_records
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import SLOPE_RESAMPLES, SurvivalSummary, finite_median, kaplan_meier, loglog_slope
@@ -70,33 +71,28 @@ def tune_seeds(spec: dict[str, Any] | None) -> set[int]:
     return set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
 
 
-def reported(results: list[dict[str, Any]], spec: dict[str, Any] | None) -> list[dict[str, Any]]:
+def reported(results: list[RunRecord], spec: dict[str, Any] | None) -> list[RunRecord]:
     """The finished runs the table reports (not the tuning seeds')."""
     tuning = tune_seeds(spec)
-    return [r for r in results if r["config"]["seed"] not in tuning]
+    return [r for r in results if r.seed not in tuning]
 
 
-def _accuracy(run: dict[str, Any], key: str) -> float:
-    return (run.get("accuracy") or {}).get(key, math.nan)
-
-
-def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
+def summarise(results: list[RunRecord]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
     """One (row, KM summary) per configuration and learning rate, ranked."""
     rows = []
     for key, runs in by_row(results).items():
-        config = runs[0]["config"]
+        config = runs[0].config
         task, arch = row_labels(config)
         km = kaplan_meier(*survival_sample(runs))
-        widths = [r["transition_width"] for r in runs if r["transition_width"] is not None]
-        missing = [r.get("width_note") or "not recorded" for r in runs
-                   if r["transition_width"] is None]
+        widths = [r.transition_width for r in runs if r.transition_width is not None]
+        missing = [r.width_note or "not recorded" for r in runs if r.transition_width is None]
         rows.append(({
             "task": task,
             "architecture": arch,
             "seeds": len(runs),
             "emerged": km.events,
-            "diverged": sum(r["status"] == "diverged" for r in runs),
-            "leaked": sum(r["status"] == "leaked" for r in runs),
+            "diverged": sum(r.status == "diverged" for r in runs),
+            "leaked": sum(r.status == "leaked" for r in runs),
             "solve_rate": km.events / len(runs),
             "median_steps": km.median,
             "median_ci_low": km.ci_low,
@@ -106,19 +102,19 @@ def summarise(results: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Survi
             "median_width": statistics.median(widths) if widths else math.nan,
             "width_note": "; ".join(f"{missing.count(n)} of {len(runs)}: {n}"
                                     for n in dict.fromkeys(missing)),
-            "heldout_acc": finite_median([_accuracy(r, "heldout_token_acc") for r in runs]),
-            "train_acc": finite_median([_accuracy(r, "train_token_acc") for r in runs]),
-            "gap": finite_median([_accuracy(r, "gap") for r in runs]),
-            "instances": len({r.get("instance_seed") for r in runs}),
-            "flagged": sum(bool(r.get("task_flags")) for r in runs),
-            "params": runs[0]["n_params"],
-            "state_per_layer": runs[0].get("state_per_layer"),
-            "steps_per_s": statistics.median(r["steps_per_s"] for r in runs),
+            "heldout_acc": finite_median([r.accuracy.heldout_token_acc for r in runs]),
+            "train_acc": finite_median([r.accuracy.train_token_acc for r in runs]),
+            "gap": finite_median([r.accuracy.gap for r in runs]),
+            "instances": len({r.instance_seed for r in runs}),
+            "flagged": sum(bool(r.task_flags) for r in runs),
+            "params": runs[0].n_params,
+            "state_per_layer": runs[0].state_per_layer,
+            "steps_per_s": statistics.median(r.steps_per_s for r in runs),
             "config": key,
             "lr": config["train"]["lr"],
             "lr_grid": "",
             "family": group_key(config, ("seed", "lr")),
-            "budget": max(r["budget_steps"] for r in runs),
+            "budget": max(r.budget_steps for r in runs),
             "job_config": config,
             "runs": runs,
         }, km))
@@ -155,7 +151,7 @@ def steps_text(x: float, budget: float | None = None) -> str:
 def null_rows(task_row: dict[str, Any]) -> list[dict[str, Any]]:
     """A task's null rows, read off its runs' references (the median over task instances):
     chance, no context, and the Bayes-optimal ceiling where it is short of perfect."""
-    refs = [r["references"] for r in task_row["runs"] if r.get("references")]
+    refs = [r.references for r in task_row["runs"] if r.references]
     base = {"task": task_row["task"], "seeds": 0, "emerged": 0, "diverged": 0, "leaked": 0,
             "solve_rate": 0.0, "median_steps": math.inf,
             "config": content_hash(task_row["job_config"]["task"], 10)}
@@ -228,8 +224,8 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     lines += [*_table(with_null_rows(rows), grid or tuned), "", CONVENTIONS]
     if any(r.get("leaked") for r in rows):
         lines += ["", f"**{LEAKED_NOTE}**"]
-    emerged = [run for r in rows for run in r["runs"] if run["status"] == "emerged"]
-    refined = sum(1 for run in emerged if run.get("refined_step"))
+    emerged = [run for r in rows for run in r["runs"] if run.emerged]
+    refined = sum(1 for run in emerged if run.refined_step)
     if refined:
         lines += ["", f"Steps-to-emergence were refined by replay (emergence.refine) for "
                   f"{refined} of {len(emerged)} emerged runs: the first step, between the "
@@ -250,7 +246,7 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
                   f"per row ({grew['at']}, when {grew['finished_before']} runs had finished). "
                   "The tests below are computed on the grown sample, which was not fixed before "
                   "the results were seen; read their p-values as exploratory."]
-    flags = sorted({f for r in rows for run in r["runs"] for f in run.get("task_flags") or []})
+    flags = sorted({f for r in rows for run in r["runs"] for f in run.task_flags or []})
     if flags:
         lines += ["", "Flagged instances (degenerate but kept):",
                   *[f"- {f}" for f in flags[:10]]]
@@ -309,14 +305,14 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
+def write_leaderboard(out: Path, title: str, results: list[RunRecord | dict[str, Any]],
                       spec: dict[str, Any] | None = None) -> list[dict]:
-    """Write the table (md, csv) and figures for `results` into `out`; return the rows.
-    `spec` (the sweep spec as a dict) gives the claim, the tests, the factor plots and the
-    tuning seeds (whose runs only chose learning rates)."""
+    """Write the table (md, csv) and figures for `results` (run records, or result.json dicts)
+    into `out`; return the rows. `spec` (the sweep spec as a dict) gives the claim, the tests,
+    the factor plots and the tuning seeds (whose runs only chose learning rates)."""
     from . import plots
 
-    spec = spec or {}
+    results, spec = as_records(results), spec or {}
     record_defaults(spec.get("arch_defaults") or {})
     tuning = tune_seeds(spec)
     shown = reported(results, spec)
@@ -339,8 +335,7 @@ def write_leaderboard(out: Path, title: str, results: list[dict[str, Any]],
                        ("influence", influence_figure), ("circuits", circuits_figure)):
         if draw(out / f"{name}.png", rows):
             figures.append(name)
-    tuning_rows = [r for r, _ in summarise([r for r in results
-                                            if r["config"]["seed"] in tuning])]
+    tuning_rows = [r for r, _ in summarise([r for r in results if r.seed in tuning])]
     (out / "leaderboard.md").write_text(to_markdown(
         title, rows, [r for r, _ in every_lr], spec, tests, tuple(figures), tuning_rows))
     if tuning:

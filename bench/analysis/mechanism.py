@@ -36,8 +36,7 @@ import math
 from typing import Any
 
 from ..core import markdown
-from ..core.emergence import higher_is_better, on_plateau
-from ..core.rows import emergence_step
+from ..core.emergence import EmergenceCriterion, higher_is_better, on_plateau
 from ..core.stats import finite_median, median_interval, spearman
 
 MIN_RISE = 0.02
@@ -97,39 +96,43 @@ def _lags(lags: list[float], eval_every: int) -> tuple[float, float, float, floa
     return (*median_interval(lags), sum(abs(x) <= eval_every for x in lags) / len(lags))
 
 
+def criterion(row: dict[str, Any]) -> EmergenceCriterion:
+    """The row's emergence criterion, its unset fields at the criterion's own defaults."""
+    return EmergenceCriterion(**row["job_config"].get("emergence", {}))
+
+
 def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
     """Per pattern curve the row recorded: the lag summary over its emerged seeds, the lag to
     the emergence metric's own half-rise, and over every seed the curve's start and end
     (medians), the no-preference mass and how many seeds that never emerged rose anyway (a
     pattern learned without the capability)."""
     eval_every = row["job_config"]["train"]["eval_every"]
-    metric = row["job_config"].get("emergence", {}).get("metric", "val/token_acc")
+    metric = criterion(row).metric
     falls = not higher_is_better(metric)
     out = []
     for key, label in CURVES:
-        runs = [r for r in row["runs"] if key in (r.get("curves") or {})]
+        runs = [r for r in row["runs"] if key in (r.curves or {})]
         if not runs:
             continue
         # an influence curve rises from the no-preference mass where its start is lower
-        evens = [even_mass(r.get("attention_target")) if label in MAPS else math.nan
+        evens = [even_mass(r.attention_target) if label in MAPS else math.nan
                  for r in runs]
-        rises = [rise_step(r["curves"], key, floor=e if math.isfinite(e) else -math.inf)
+        rises = [rise_step(r.curves, key, floor=e if math.isfinite(e) else -math.inf)
                  for r, e in zip(runs, evens)]
-        emerged = [(rise, emergence_step(r)) for rise, r in zip(rises, runs)
-                   if r["status"] == "emerged"]
+        emerged = [(rise, r.emergence_step) for rise, r in zip(rises, runs) if r.emerged]
         risen = [(rise, em) for rise, em in emerged if rise is not None]
         lag = _lags([rise - em for rise, em in risen], eval_every)
         rho, p = spearman([r for r, _ in risen], [e for _, e in risen])
         # the same half-rise definition on the emergence metric itself, over every seed whose
         # metric and pattern both rose (emerged or not): a lead here is not the rest of the
         # metric's own rise (emergence is a threshold near its top)
-        halves = [(rise, rise_step(r["curves"], metric, falls)) for rise, r in zip(rises, runs)]
+        halves = [(rise, rise_step(r.curves, metric, falls)) for rise, r in zip(rises, runs)]
         to_half = [a - b for a, b in halves if a is not None and b is not None]
         half = _lags(to_half, eval_every)
-        ends = [_ends(r["curves"][key]) for r in runs]
-        aurocs = ([_ends(r["curves"].get(f"val/{label}_auroc", [])) for r in runs]
+        ends = [_ends(r.curves[key]) for r in runs]
+        aurocs = ([_ends(r.curves.get(f"val/{label}_auroc", [])) for r in runs]
                   if label in MAPS else [])
-        censored = [rise for rise, r in zip(rises, runs) if r["status"] != "emerged"]
+        censored = [rise for rise, r in zip(rises, runs) if not r.emerged]
         out.append({"curve": label, "seeds": len(runs), "emerged": len(emerged),
                     "risen": len(risen), "median_lag": lag[0], "lag_low": lag[1],
                     "lag_high": lag[2], "coincide": lag[3], "rho": rho, "p": p,
@@ -151,12 +154,11 @@ def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
     post, the fraction of the gap restored, and the accuracy with the ground truth patched into
     every layer and into the best single layer, with how many runs each brings to the emergence
     threshold (token accuracy criteria)."""
-    runs = [r for r in row["runs"] if isinstance(r.get("patch"), dict)]
+    runs = [r for r in row["runs"] if isinstance(r.patch, dict)]
     if not runs:
         return None
     # decided from result.json's plateau end, so runs patched before patch.json said it count
-    used = [r["patch"] for r in runs
-            if on_plateau(r["patch"]["pre"]["step"], r.get("plateau_end"))]
+    used = [r.patch for r in runs if on_plateau(r.patch["pre"]["step"], r.plateau_end)]
     med = finite_median
 
     def greedy_at(p, k):
@@ -166,10 +168,9 @@ def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
         return max(t["acc"] for t in p["ground_truth"][:-1]) if len(p["ground_truth"]) > 1 \
             else p["ground_truth"][-1]["acc"]
 
-    criterion = row["job_config"].get("emergence", {})
     solves = None
-    if criterion.get("metric", "val/token_acc") == "val/token_acc" and used:
-        threshold = criterion.get("threshold", math.inf)
+    if criterion(row).metric == "val/token_acc" and used:
+        threshold = criterion(row).threshold
         solves = (sum(p["ground_truth"][-1]["acc"] >= threshold for p in used),
                   sum(best_layer(p) >= threshold for p in used))
     return {"runs": len(runs), "used": len(used),
@@ -180,7 +181,7 @@ def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
             "truth": med([p["ground_truth"][-1]["restored"] for p in used]),
             "truth_acc": med([p["ground_truth"][-1]["acc"] for p in used]),
             "truth_layer_acc": med([best_layer(p) for p in used]),
-            "solves": solves, "heads": len(runs[0]["patch"]["greedy"])}
+            "solves": solves, "heads": len(runs[0].patch["greedy"])}
 
 
 def _steps(x: float) -> str:
@@ -282,21 +283,21 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
 
     shown = [(row, representative(row["runs"])) for row in rows]
     shown = [(row, run) for row, run in shown
-             if (run.get("influence") or {}).get("maps") and run.get("attention_target")]
+             if run.influence and run.influence.maps and run.attention_target]
     if not shown:
         return False
     plt = pyplot()
     fig, grid = plt.subplots(len(shown), 5, figsize=(16, 2.9 * len(shown)), squeeze=False)
     for (row, run), axes in zip(shown, grid):
-        em = run["steps_to_emergence"] if run["status"] == "emerged" else None
-        truth = run["attention_target"]
+        em = run.steps_to_emergence if run.emerged else None
+        truth = run.attention_target
         panels = []
         for key, name in (("influence", "gradient"), ("intervention", "intervention")):
-            kept = run.get(key) or {}
-            if not kept.get("maps"):
+            kept = getattr(run, key)
+            if not (kept and kept.maps):
                 panels += [(None, f"{name}: not recorded")] * 2
                 continue
-            steps, maps = kept["steps"], kept["maps"]
+            steps, maps = kept.steps, kept.maps
             if em is None:  # never emerged: the first map against the last
                 before, at = 0, len(steps) - 1
             else:
@@ -305,9 +306,8 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
             last = "" if em is not None else " (last; never emerged)"
             panels += [(maps[before], f"{name}, step {steps[before]}"),
                        (maps[at], f"{name}, step {steps[at]}{last}")]
-        inf = run["influence"]
-        P = len(inf["maps"][0])
-        scored = inf.get("rows") or (  # runs before the row sample measured every scored row
+        P = len(run.influence.maps[0])
+        scored = run.influence.rows or (  # runs before the row sample measured every scored row
             [i for i, r in enumerate(truth) if any(r)][:P] or list(range(len(truth) - P,
                                                                          len(truth))))
         panels.append(([truth[i] for i in scored], "ground truth (parents)"))
@@ -320,7 +320,7 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
                 continue
             image = ax.imshow(m, cmap="viridis", aspect="auto", vmin=0)
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
-        axes[0].set_ylabel(f"{row['architecture']}\nseed {run['config']['seed']}\n"
+        axes[0].set_ylabel(f"{row['architecture']}\nseed {run.seed}\n"
                            "scored position", fontsize=7)
         for ax in axes:
             ax.set_xlabel("input position", fontsize=7)

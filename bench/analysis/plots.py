@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.emergence import higher_is_better
+from ..core.record import RunRecord
 from ..sweeps.axes import derived_axis
 from ..training.reports import pyplot
 from .labels import factor_groups
@@ -156,33 +157,32 @@ def _factor_heatmaps(fig, left, right, axes: list[str], name: str, members) -> N
 
 
 # --- one seed per row ----------------------------------------------------------------------------
-def representative(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def representative(runs: list[RunRecord]) -> RunRecord:
     """The median emerger (by steps-to-emergence), or the seed that got closest when none did."""
-    emerged = sorted((r for r in runs if r["status"] == "emerged"),
-                     key=lambda r: (r["steps_to_emergence"], r["config"]["seed"]))
+    emerged = sorted((r for r in runs if r.emerged), key=lambda r: (r.steps_to_emergence, r.seed))
     if emerged:
         return emerged[(len(emerged) - 1) // 2]
-    metric = runs[0]["config"]["emergence"]["metric"]
+    metric = runs[0].criterion.metric
     sign = -1 if higher_is_better(metric) else 1
-    return min(runs, key=lambda r: sign * r["final_metrics"].get(metric, math.inf))
+    return min(runs, key=lambda r: sign * r.final_metrics.get(metric, math.inf))
 
 
 def dynamics(path: Path, rows: list[Row]) -> bool:
     """Draw `dynamics.png`; False (nothing written) when no row has recorded curves."""
     shown = [(row, representative(row["runs"])) for row in rows]
-    shown = [(row, run) for row, run in shown if run.get("curves")]
+    shown = [(row, run) for row, run in shown if run.curves]
     if not shown:
         return False
     plt = pyplot()
     fig, grid = plt.subplots(len(shown), 2, figsize=(12, 2.9 * len(shown)), squeeze=False)
     for (row, run), (left, right) in zip(shown, grid):
-        curves = run["curves"]
+        curves = run.curves
         steps = curves["step"]
         left.plot(steps, curves["val/token_acc"], color="C0", label="held-out")
         if "train/token_acc" in curves:
             left.plot(steps, curves["train/token_acc"], color="C1", ls="--", label="training probe")
-        if run.get("references"):
-            left.axhline(run["references"]["no_context"]["token_acc"], color="grey", ls=":",
+        if run.references:
+            left.axhline(run.references["no_context"]["token_acc"], color="grey", ls=":",
                          lw=0.9, label="no context")
         left.set(ylim=(-0.03, 1.03), ylabel="token accuracy")
         left.legend(fontsize=7, loc="lower right")
@@ -196,19 +196,19 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
             right.text(0.5, 0.5, "no attention to read", ha="center", va="center",
                        transform=right.transAxes, color="grey")
             right.set_xlim(left.get_xlim())
-        end, emerged = run.get("plateau_end"), run["steps_to_emergence"]
+        end, emerged = run.plateau_end, run.steps_to_emergence
         for ax in (left, right):
             if end is not None:
                 ax.axvline(end, color="grey", ls="--", lw=0.9)
             if emerged is not None:
                 ax.axvline(emerged, color="k", lw=1.1)
             ax.grid(alpha=0.3)
-        seed = run["config"]["seed"]
-        outcome = run["status"]
+        seed = run.seed
+        outcome = run.status
         if emerged is not None:
             outcome = f"emerged at step {emerged} (solid)" + (
                 f", plateau ends at {end} (dashed)" if end is not None else
-                f"; {run.get('width_note') or 'no plateau recorded'}")
+                f"; {run.width_note or 'no plateau recorded'}")
         left.set_title(f"{row['task']}\n{row['architecture']}, seed {seed}: {outcome}",
                        fontsize=8)
         right.set_title("attention mass on the ground-truth parents (max over heads)", fontsize=8)
@@ -218,16 +218,16 @@ def dynamics(path: Path, rows: list[Row]) -> bool:
     return True
 
 
-def ground_truth(run: dict[str, Any]) -> Any:
+def ground_truth(run: RunRecord) -> Any:
     """The run's ground-truth attention pattern (L, L): as the run recorded it, or rebuilt from
     its task for a run recorded before runs kept it (this imports torch and Lightning)."""
-    if run.get("attention_target") is not None:
-        return run["attention_target"]
+    if run.attention_target is not None:
+        return run.attention_target
     from datamodules import build_task
 
     from ..training.sections import load_task_config
 
-    task = build_task(load_task_config(run["config"]["task"]), seed=run["config"]["seed"])
+    task = build_task(load_task_config(run.config["task"]), seed=run.seed)
     return task.attention_target().numpy()
 
 
@@ -236,8 +236,8 @@ def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
     shown = []
     for row in rows:
         run = representative(row["runs"])
-        if run.get("learned_patterns"):
-            best = max(run["learned_patterns"], key=lambda p: p["parent_mass"])
+        if run.learned_patterns:
+            best = max(run.learned_patterns, key=lambda p: p["parent_mass"])
             shown.append((row, run, best))
     if not shown:
         return False
@@ -248,7 +248,7 @@ def attention_maps(path: Path, rows: list[Row], limit: int = 8) -> bool:
         left.imshow(np.asarray(ground_truth(run)), cmap="Greys", vmin=0, vmax=1)
         left.set_title(f"ground truth\n{row['task']}", fontsize=8)
         right.imshow(np.asarray(best["map"]), cmap="viridis", vmin=0, vmax=1)
-        right.set_title(f"{row['architecture']}, seed {run['config']['seed']} ({run['status']})\n"
+        right.set_title(f"{row['architecture']}, seed {run.seed} ({run.status})\n"
                         f"layer {best['layer']} head {best['head']}: "
                         f"mass on parents {best['parent_mass']:.2f}", fontsize=8)
         for ax in (left, right):

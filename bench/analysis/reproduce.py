@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core import markdown
 from ..core.errors import ConfigError
+from ..core.record import RunRecord
 from ..core.rows import by_row, survival_sample
 from ..core.seeds import MAX_SEEDS
 from ..core.stats import (
@@ -63,28 +64,28 @@ def select_spec(spec: SweepSpec, seeds: int | None, seed_start: int) -> SweepSpe
         raise ConfigError(f"--seed-start/--seeds: {e}") from None
 
 
-def _median(runs: list[dict[str, Any]]) -> str:
+def _median(runs: list[RunRecord]) -> str:
     return steps_text(kaplan_meier(*survival_sample(runs)).median)
 
 
-def compare(committed: list[dict[str, Any]], fresh: list[dict[str, Any]],
+def compare(committed: list[RunRecord], fresh: list[RunRecord],
             alpha: float) -> list[dict[str, Any]]:
     """One verdict per row of `fresh`, tested against the committed runs of the same row."""
     reference = by_row(committed)
     rows = []
     for key, runs in by_row(fresh).items():
         ref = reference.get(key, [])
-        task, arch = row_labels(runs[0]["config"])
+        task, arch = row_labels(runs[0].config)
         row = {"config": key, "task": task, "architecture": arch,
-               "committed_solved": f"{sum(r['status'] == 'emerged' for r in ref)}/{len(ref)}",
-               "new_solved": f"{sum(r['status'] == 'emerged' for r in runs)}/{len(runs)}",
+               "committed_solved": f"{sum(r.emerged for r in ref)}/{len(ref)}",
+               "new_solved": f"{sum(r.emerged for r in runs)}/{len(runs)}",
                "committed_median": _median(ref) if ref else "-", "new_median": _median(runs)}
         if ref:
             (ta, ea), (tb, eb) = survival_sample(ref), survival_sample(runs)
             test = logrank_test(ta, ea, tb, eb)
             row["p_logrank"], row["method"] = test.p, test.method
             row["p_solve_rate"] = solve_rate_p(sum(ea), len(ea), sum(eb), len(eb))
-            budget = max(r["budget_steps"] for r in ref)
+            budget = max(r.budget_steps for r in ref)
             row["detectable_slowdown"] = smallest_detectable(ta, ea, budget, len(tb), alpha)
             row["seeds_for_1.5x"] = recommended_seeds(ta, ea, budget, 1.5, alpha)
         rows.append(row)

@@ -48,7 +48,7 @@ def warmup_markdown(rows: list[dict[str, Any]]) -> list[str]:
         pre = config.get("pretrain")
         if not pre:
             continue
-        records = [r["pretrain"] for r in row["runs"] if isinstance(r.get("pretrain"), dict)]
+        records = [r.pretrain for r in row["runs"] if isinstance(r.pretrain, dict)]
         if not records:
             continue
         base = by_key.get(scratch_key(config))

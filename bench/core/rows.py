@@ -8,6 +8,8 @@ import hashlib
 import json
 from typing import Any
 
+from .record import RunRecord
+
 # train fields that change speed, what is kept on disk or what is measured, not what is trained
 OPERATIONAL = ("compile", "checkpoint_every", "keep_checkpoints", "influence_size",
                "influence_rows", "influence_every", "patch", "circuits", "screen_size")
@@ -52,24 +54,17 @@ def group_key(config: dict[str, Any], without: tuple[str, ...] = ("seed",)) -> s
     return content_hash(config, 10)
 
 
-def by_row(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_row(results: list[RunRecord]) -> dict[str, list[RunRecord]]:
     """Finished runs grouped by leaderboard row (their config hash less the seed)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for r in results:
-        groups.setdefault(group_key(r["config"]), []).append(r)
+        groups.setdefault(group_key(r.config), []).append(r)
     return groups
 
 
-def emergence_step(run: dict[str, Any]) -> int | None:
-    """A run's steps-to-emergence: the exact step where it was refined by replay
-    (emergence.refine), else the evaluation step."""
-    return run.get("refined_step") or run["steps_to_emergence"]
-
-
-def survival_sample(runs: list[dict[str, Any]]) -> tuple[list[float], list[bool]]:
+def survival_sample(runs: list[RunRecord]) -> tuple[list[float], list[bool]]:
     """(steps-to-emergence, or the budget for a seed that never emerged; emerged or not)."""
-    times = [emergence_step(r) if r["status"] == "emerged" else r["budget_steps"] for r in runs]
-    return times, [r["status"] == "emerged" for r in runs]
+    return [r.survival_time for r in runs], [r.emerged for r in runs]
 
 
 def lr_preference(median: float, solve_rate: float, lr: float) -> tuple[float, float, float]:

@@ -25,6 +25,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from ..core.errors import ConfigError
+from ..core.record import RunRecord
 
 APPLICATION_ID = 0x454D4231  # "EMB1"
 SCHEMA_VERSION = 1
@@ -197,14 +198,19 @@ class ResultsDB:
         return ConfigError(f"{self.path}: a damaged results database ({e}); restore it from "
                            "git or a copy (the sweep's finished runs are in it)")
 
-    def results(self) -> list[dict[str, Any]]:
-        """result.json of every finished job of the current spec, in spec order."""
+    def results(self) -> list[RunRecord]:
+        """The run record of every finished job of the current spec, in spec order."""
         marks = ", ".join("?" * len(FINISHED))
         rows = self.rows(f"in_spec = 1 AND status IN ({marks})", FINISHED)
         try:
-            return [json.loads(r["result"]) for r in rows]
+            found = [json.loads(r["result"]) for r in rows]
         except (TypeError, ValueError) as e:  # a row whose result is not a run's JSON
             raise self._damaged(sqlite3.DatabaseError(f"a result that is not JSON: {e}")) from None
+        try:
+            return [RunRecord.from_json(r) for r in found]
+        except (TypeError, ValueError) as e:
+            raise self._damaged(sqlite3.DatabaseError(f"a result that is not a run record: "
+                                                      f"{e}")) from None
 
     def counts(self) -> dict[str, int]:
         found = dict(self._query(
@@ -285,7 +291,7 @@ def check_out_dir(out: Path) -> None:
         ResultsDB(db, read_only=True).close()
 
 
-def read_results(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_results(out: Path) -> tuple[dict[str, Any], list[RunRecord]]:
     """The sweep's spec (as last run) and the result of every finished job of that spec."""
     db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..core.errors import ConfigError
+from ..core.record import RunRecord
 from ..core.rows import by_row, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
@@ -205,13 +206,13 @@ def tuning_jobs(spec: SweepSpec) -> list[RunConfig]:
     return _expand(spec, spec.tune["lr"], spec.tune_seeds()) if spec.tune else []
 
 
-def choose_rates(results: list[dict[str, Any]]) -> dict[str, float]:
+def choose_rates(results: list[RunRecord]) -> dict[str, float]:
     """Each row's learning rate from its tuning runs (the leaderboard's order of preference)."""
     families: dict[str, list[tuple]] = {}
     for runs in by_row(results).values():
         km = kaplan_meier(*survival_sample(runs))
-        lr = runs[0]["config"]["train"]["lr"]
-        family = group_key(runs[0]["config"], ("seed", "lr"))
+        lr = runs[0].config["train"]["lr"]
+        family = group_key(runs[0].config, ("seed", "lr"))
         families.setdefault(family, []).append(lr_preference(km.median, km.events / len(runs),
                                                              lr))
     return {family: min(prefs)[2] for family, prefs in families.items()}

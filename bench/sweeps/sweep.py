@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from ..core.record import RunRecord
 from ..core.rows import group_key
 from ..core.schema import field_defaults
 from ..core.seeds import seed_list
@@ -51,7 +52,8 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
             db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
             try:
                 ids = {job.job_id() for job in tuning}
-                rates = choose_rates([json.loads(r["result"]) for r in db.rows()
+                rates = choose_rates([RunRecord.from_json(json.loads(r["result"]))
+                                      for r in db.rows()
                                       if r["id"] in ids and r["status"] in FINISHED])
             finally:
                 db.close()

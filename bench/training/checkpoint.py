@@ -23,6 +23,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from ..core.errors import ConfigError
+from ..core.record import RunRecord
 
 DIRNAME = "checkpoints"
 FILENAME = "resume.ckpt"
@@ -111,9 +112,9 @@ def analysis_path(run_dir: Path, step: int) -> Path:
     return run_dir / DIRNAME / f"step={step:07d}.ckpt"
 
 
-def finished_run(run_dir: Path) -> dict[str, Any]:
-    """RUN_DIR's result.json (an analysis's input), or a one-line ConfigError: missing, not
-    JSON, or without the run's config."""
+def finished_run(run_dir: Path) -> RunRecord:
+    """RUN_DIR's run record (an analysis's input), or a one-line ConfigError: missing, not
+    JSON, without the run's config, or not a run's record."""
     path = run_dir / "result.json"
     if not path.is_file():
         raise ConfigError(f"RUN_DIR: {run_dir} holds no finished run (result.json)")
@@ -124,7 +125,10 @@ def finished_run(run_dir: Path) -> dict[str, Any]:
                           f"{str(e).splitlines()[0]})") from None
     if not isinstance(result, dict) or not isinstance(result.get("config"), dict):
         raise ConfigError(f"RUN_DIR: {path} is not a run's result (it holds no config mapping)")
-    return result
+    try:
+        return RunRecord.from_json(result)
+    except (ConfigError, TypeError) as e:
+        raise ConfigError(f"RUN_DIR: {path} is not a run's result ({e})") from None
 
 
 def load_analysis_module(run_dir: Path, step: int, cfg: Any, task: Any) -> Any:

@@ -55,6 +55,7 @@ from architectures import PatchesAttention
 from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.heads import CLASSES, THRESHOLDS, half_and_shape
+from ..core.record import RunRecord
 from .checkpoint import analysis_steps, finished_run, load_analysis_module
 from .config import build_run_task, load_run_config
 from .reports import pyplot, write_report
@@ -258,7 +259,7 @@ def screen_run(run_dir: Path | str, thresholds: dict[str, float] | None = None,
     run_dir = Path(run_dir)
     thresholds = thresholds or dict(THRESHOLDS)
     result = finished_run(run_dir)
-    cfg = load_run_config(result["config"])
+    cfg = load_run_config(result.config)
     if cfg.task.name != "induction":
         raise ConfigError(f"RUN_DIR: the head screen needs a run on the induction task, this one "
                           f"trained on {cfg.task.name}")
@@ -283,7 +284,7 @@ def screen_run(run_dir: Path | str, thresholds: dict[str, float] | None = None,
                       "loss": screen.loss()})
     report = summarise(steps, thresholds, result)
     report["ablation"] = ablate(screen, steps[-1]["classes"])
-    report.update(sequences=sequences, job_id=cfg.job_id(), task=result["config"]["task"])
+    report.update(sequences=sequences, job_id=cfg.job_id(), task=result.config["task"])
     write_files(run_dir / "circuits", report)
     return report
 
@@ -317,7 +318,7 @@ def ablate(screen: Screen, classes: list[list[str]]) -> dict[str, Any]:
 
 
 def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
-              result: dict[str, Any]) -> dict[str, Any]:
+              result: RunRecord) -> dict[str, Any]:
     """Fractions per layer and class, formation steps, early identification and the PR check."""
     at = [s["step"] for s in steps]
     fractions = [{c: [sum(h == c for h in layer) / len(layer) for layer in s["classes"]]
@@ -350,8 +351,8 @@ def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
             "induction_formation_step": induction_step, "sink_half_step": sink_half,
             "sink_shape": shape, "early_identification": identified,
             "induction_heads": heads, "sinks_in_layers_0_1_at": sinks_in_early_layers,
-            "max_steps": result["config"]["train"]["max_steps"],
-            "steps_to_emergence": result.get("steps_to_emergence")}
+            "max_steps": result.config["train"]["max_steps"],
+            "steps_to_emergence": result.steps_to_emergence}
 
 
 def _f(x: float | None, digits: int = 2) -> str:

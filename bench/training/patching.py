@@ -23,20 +23,21 @@ from architectures import PatchesAttention
 from ..core import markdown
 from ..core.emergence import on_plateau
 from ..core.errors import ConfigError
+from ..core.record import RunRecord
 from .checkpoint import analysis_steps, finished_run, load_analysis_module
 from .config import build_run_task, load_run_config
 from .reports import pyplot, write_report
 
 
-def default_steps(result: dict[str, Any], kept: list[int]) -> tuple[int, int]:
+def default_steps(result: RunRecord, kept: list[int]) -> tuple[int, int]:
     """(pre, post): the last kept checkpoint on the plateau (its end, which analysis
     checkpoints keep; else the last at or before it; else the last before the emergence step)
     and the first at or after emergence."""
-    if result["status"] != "emerged":
-        raise ConfigError(f"--pre/--post: the run did not emerge ({result['status']}); give both "
+    if not result.emerged:
+        raise ConfigError(f"--pre/--post: the run did not emerge ({result.status}); give both "
                           f"steps (kept checkpoints: {kept})")
-    emerged = result["steps_to_emergence"]
-    end = result.get("plateau_end")
+    emerged = result.steps_to_emergence
+    end = result.plateau_end
     before = [s for s in kept if s <= end] if end is not None else []
     before = before or [s for s in kept if s < emerged]
     after = [s for s in kept if s >= emerged]
@@ -136,8 +137,8 @@ def _patch(post: torch.Tensor, mask: torch.Tensor, truth: torch.Tensor, has_pare
     return apply
 
 
-def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[dict, int, int]:
-    """(result.json, pre, post) with the defaults filled in, or a one-line ConfigError."""
+def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[RunRecord, int, int]:
+    """(the run's record, pre, post) with the defaults filled in, or a one-line ConfigError."""
     result = finished_run(run_dir)
     kept = analysis_steps(run_dir)
     if not kept:
@@ -158,8 +159,8 @@ def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[dict, in
     return result, pre, post
 
 
-def _patcher(run_dir: Path, result: dict, pre: int, post: int) -> Patcher:
-    patcher = Patcher(run_dir, pre, post, result["config"])
+def _patcher(run_dir: Path, result: RunRecord, pre: int, post: int) -> Patcher:
+    patcher = Patcher(run_dir, pre, post, result.config)
     if not patcher.layers:
         raise ConfigError(f"arch.name: mixer '{patcher.cfg.arch.name}' exposes no attention "
                           "probabilities to patch (it must declare PatchesAttention)")
@@ -170,7 +171,7 @@ def patch_run(run_dir: Path | str, pre: int | None = None, post: int | None = No
     """Patch and write RUN_DIR/patch/; return the report (as in patch.json)."""
     run_dir = Path(run_dir)
     result, pre, post = _checked(run_dir, pre, post)
-    end = result.get("plateau_end")
+    end = result.plateau_end
     report = {**analyse(_patcher(run_dir, result, pre, post), pre, post), "plateau_end": end,
               "on_plateau": on_plateau(pre, end)}
     write_files(run_dir / "patch", report)
@@ -183,7 +184,7 @@ def patch_curve(run_dir: Path | str, post: int | None = None) -> dict:
     model nears emergence? Writes RUN_DIR/patch/curve.{json,md,png}; returns the report."""
     run_dir = Path(run_dir)
     result, first, post = _checked(run_dir, None, post)
-    end = result.get("plateau_end")
+    end = result.plateau_end
     pres = [s for s in analysis_steps(run_dir) if min(first, end or 0) <= s < post]
     points, patcher = [], _patcher(run_dir, result, pres[0], post)
     for pre in pres:

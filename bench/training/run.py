@@ -26,6 +26,7 @@ from datamodules.base import SequenceTask
 from ..core.emergence import EmergenceTracker, reference_key
 from ..core.errors import ConfigError
 from ..core.files import write_atomic
+from ..core.record import Accuracy, MixingMaps, RunRecord
 from .callback import EmergenceCallback, progress_bars
 from .checkpoint import (
     AnalysisCheckpoint,
@@ -158,7 +159,8 @@ def _precision(value: Any) -> str:
 
 
 def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:
-    """Train `cfg`, write `run_dir/result.json` and return it (None on ranks other than 0).
+    """Train `cfg`, write `run_dir/result.json` (a `RunRecord`) and return its dict (None on
+    ranks other than 0).
     A run directory holding this job's resume checkpoint continues from it (bench.training.
     checkpoint); the checkpoint is removed once result.json is written.
 
@@ -199,42 +201,41 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     if not trainer.is_global_zero:
         return None
     remove_resume_checkpoint(run_dir)
-    result = json.loads((run_dir / "result.json").read_text())
-    if warmed is not None:
-        result["pretrain"] = warmed
-    analyse_run(cfg, task, run_dir, result, trainer.world_size)
-    if "checkpoints" in result or warmed is not None:
-        write_json_atomic(run_dir / "result.json", result)
-    return result
+    record = RunRecord.from_json(json.loads((run_dir / "result.json").read_text()))
+    record.pretrain = warmed
+    analyse_run(cfg, task, run_dir, record, trainer.world_size)
+    if record.checkpoints is not None or warmed is not None:
+        write_json_atomic(run_dir / "result.json", record.to_json())
+    return record.to_json()
 
 
-def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, result: dict[str, Any],
+def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, record: RunRecord,
                 world_size: int) -> None:
-    """The analyses a finished run's config asks for, added to `result` in place: the kept
+    """The analyses a finished run's config asks for, added to `record` in place: the kept
     checkpoints, the exact emergence step (a replay), attention patching and the circuit
     screen; checkpoints kept only to replay from are removed after the replay."""
     if keeps_analysis_checkpoints(cfg):
-        result["checkpoints"] = {s: analysis_path(run_dir, s).stat().st_size
-                                 for s in analysis_steps(run_dir)}
-    if cfg.emergence.refine and result["status"] == "emerged":
+        record.checkpoints = {s: analysis_path(run_dir, s).stat().st_size
+                              for s in analysis_steps(run_dir)}
+    if cfg.emergence.refine and record.emerged:
         if world_size > 1:
-            result["refine"] = "skipped: a multi-device run (replay runs on one device)"
+            record.refine = "skipped: a multi-device run (replay runs on one device)"
         else:
             from .refine import refine
 
-            done = refine(cfg, task, run_dir, result["steps_to_emergence"],
+            done = refine(cfg, task, run_dir, record.steps_to_emergence,
                           trainer_options(cfg, progress=False))
-            result["refined_step"] = done.pop("refined_step")
-            result["refine"] = done
-    if cfg.train.patch and result["status"] == "emerged":
-        result["patch"] = patch_summary(run_dir)
+            record.refined_step = done.pop("refined_step")
+            record.refine = done
+    if cfg.train.patch and record.emerged:
+        record.patch = patch_summary(run_dir)
     if cfg.train.circuits:
-        result["circuits"] = circuits_summary(run_dir)
+        record.circuits = circuits_summary(run_dir)
     if cfg.emergence.refine and not cfg.train.keep_checkpoints:  # kept only to replay from
         for s in analysis_steps(run_dir):
             analysis_path(run_dir, s).unlink()
         remove_resume_checkpoint(run_dir)
-        result["checkpoints"] = {}
+        record.checkpoints = {}
 
 
 class RunRecorder(Callback):
@@ -272,59 +273,58 @@ class RunRecorder(Callback):
         self.tracker.finish(self.cfg.train.max_steps)
         if trainer.is_global_zero:
             wall = time.perf_counter() - self._t0
-            result = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall,
+            record = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall,
                                    self.curves)
-            write_json_atomic(self.run_dir / "result.json", result)
+            write_json_atomic(self.run_dir / "result.json", record.to_json())
 
 
 def summarise_run(
     cfg: RunConfig, task: SequenceTask, module: EmergenceModule, trainer: L.Trainer,
     tracker: EmergenceTracker, wall: float, curves: dict[str, list[float]],
-) -> dict[str, Any]:
-    """The contents of result.json."""
+) -> RunRecord:
+    """The run's record: the contents of result.json."""
     steps = trainer.global_step
     emerged = tracker.status == "emerged"
     tokens_per_step = cfg.train.batch_size * task.n_tokens
     plateau_end, rise, width_note = tracker.transition()
     patterns = module.learned_patterns()
-    return {
-        "job_id": cfg.job_id(),
-        "status": tracker.status,
-        "steps_to_emergence": tracker.step if emerged else None,
-        "tokens_to_emergence": tracker.step * tokens_per_step if emerged else None,
-        "wall_time_to_emergence_s": tracker.wall_time_s if emerged else None,
-        "transition_width": tracker.transition_width(),
-        "plateau_end": plateau_end,
-        "rise_step": rise,
-        "width_note": width_note,
-        "accuracy": accuracy_summary(curves),
-        "steps": steps,
-        "budget_steps": cfg.train.max_steps,
-        "final_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        "curve": tracker.history,
-        "curves": curves,
-        "learned_patterns": patterns,
-        "influence": influence_summary(module.influence_maps, tracker,
-                                       module.scored[module.influence_rows].tolist()),
-        "intervention": influence_summary(module.intervention_maps, tracker,
-                                          module.scored[module.influence_rows].tolist()),
-        "attention_target": task.attention_target().tolist()
+    rows = module.scored[module.influence_rows].tolist()
+    return RunRecord(
+        job_id=cfg.job_id(),
+        status=tracker.status,
+        steps_to_emergence=tracker.step if emerged else None,
+        tokens_to_emergence=tracker.step * tokens_per_step if emerged else None,
+        wall_time_to_emergence_s=tracker.wall_time_s if emerged else None,
+        transition_width=tracker.transition_width(),
+        plateau_end=plateau_end,
+        rise_step=rise,
+        width_note=width_note,
+        accuracy=accuracy_summary(curves),
+        steps=steps,
+        budget_steps=cfg.train.max_steps,
+        final_metrics={k: float(v) for k, v in trainer.callback_metrics.items()},
+        curve=tracker.history,
+        curves=curves,
+        learned_patterns=patterns,
+        influence=influence_summary(module.influence_maps, tracker, rows),
+        intervention=influence_summary(module.intervention_maps, tracker, rows),
+        attention_target=task.attention_target().tolist()
         if patterns or module.influence_maps else None,
-        "wall_time_s": wall,
-        "steps_per_s": steps / wall if wall > 0 else None,
-        "tokens_per_s": steps * tokens_per_step / wall if wall > 0 else None,
-        "n_params": sum(p.numel() for p in module.model.parameters()),
-        "kernel_path": kernel_path(module),
-        "mixer_params_per_layer": [sum(p.numel() for p in b.mixer.parameters())
-                                   for b in module.model.blocks],
-        "state_per_layer": cfg.arch.memory_per_layer(task.seq_len),
-        "instance_seed": task.instance_seed,
-        "task_flags": task.flags(),
-        "split": task.split_sizes(),
-        "references": task.references(),
-        "config": cfg.to_dict(),
-        "versions": versions(),
-    }
+        wall_time_s=wall,
+        steps_per_s=steps / wall if wall > 0 else None,
+        tokens_per_s=steps * tokens_per_step / wall if wall > 0 else None,
+        n_params=sum(p.numel() for p in module.model.parameters()),
+        kernel_path=kernel_path(module),
+        mixer_params_per_layer=[sum(p.numel() for p in b.mixer.parameters())
+                                for b in module.model.blocks],
+        state_per_layer=cfg.arch.memory_per_layer(task.seq_len),
+        instance_seed=task.instance_seed,
+        task_flags=task.flags(),
+        split=task.split_sizes(),
+        references=task.references(),
+        config=cfg.to_dict(),
+        versions=versions(),
+    )
 
 
 def patch_summary(run_dir: Path) -> dict[str, Any] | str:
@@ -358,7 +358,7 @@ def circuits_summary(run_dir: Path) -> dict[str, Any] | str:
 
 
 def influence_summary(maps: dict[int, list[list[float]]], tracker: EmergenceTracker,
-                      rows: list[int]) -> dict[str, Any] | None:
+                      rows: list[int]) -> MixingMaps | None:
     """The influence maps (measured rows x input positions) kept in result.json: the first,
     the two bracketing emergence (the last before it and the first at or after it), and the
     last; `rows` are the input positions the maps' rows score."""
@@ -369,10 +369,10 @@ def influence_summary(maps: dict[int, list[list[float]]], tracker: EmergenceTrac
     if tracker.status == "emerged":
         keep |= {max((s for s in steps if s < tracker.step), default=steps[0]),
                  min((s for s in steps if s >= tracker.step), default=steps[-1])}
-    return {"steps": sorted(keep), "maps": [maps[s] for s in sorted(keep)], "rows": rows}
+    return MixingMaps(sorted(keep), [maps[s] for s in sorted(keep)], rows)
 
 
-def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:
+def accuracy_summary(curves: dict[str, list[float]]) -> Accuracy:
     """The same accuracy figures for every run, read over all its evaluations: the best held-out
     and training-probe token accuracy, and the memorisation gap (the largest excess of the
     training probe over the held-out set at one evaluation)."""
@@ -380,9 +380,9 @@ def accuracy_summary(curves: dict[str, list[float]]) -> dict[str, float]:
     probe = curves.get("train/token_acc", [])
     gaps = [p - v for p, v in zip(probe, val) if math.isfinite(p - v)]
     finite = [v for v in val if math.isfinite(v)]
-    return {"heldout_token_acc": max(finite, default=math.nan),
-            "train_token_acc": max((p for p in probe if math.isfinite(p)), default=math.nan),
-            "gap": max(gaps, default=math.nan)}
+    return Accuracy(max(finite, default=math.nan),
+                    max((p for p in probe if math.isfinite(p)), default=math.nan),
+                    max(gaps, default=math.nan))
 
 
 def kernel_path(module: nn.Module) -> str:

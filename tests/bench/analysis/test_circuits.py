@@ -1,19 +1,21 @@
 """The circuits leaderboard section: the findings F1-F5 and the curves over checkpoints, read
 from the runs' head-screen summaries."""
 
+import dataclasses
 import math
 
 from bench.analysis.circuits import circuits_figure, circuits_markdown, row_circuits, row_curves
+from tests.records import record
 
 
 def test_the_leaderboard_section_reads_the_findings():
     def run(ind, half, shape, early_sinks, identified, heads, dl_ind, dl_ctl):
         steps = [{"step": s} for s in (0, 50, 100, 200, 400, 3000)]
-        return {"config": {"train": {"max_steps": 3000}}, "circuits": {
+        return record(config={"train": {"max_steps": 3000}}, circuits={
             "induction_formation_step": ind, "sink_half_step": half, "sink_shape": shape,
             "sinks_in_layers_0_1_at": early_sinks, "steps": steps,
             "early_identification": identified, "induction_heads": heads,
-            "ablation": {"dloss_induction": dl_ind, "dloss_control": dl_ctl}}}
+            "ablation": {"dloss_induction": dl_ind, "dloss_control": dl_ctl}})
 
     head = {"pr_at_or_before": True}
     late = {"pr_at_or_before": False}
@@ -21,7 +23,7 @@ def test_the_leaderboard_section_reads_the_findings():
         run(100, 2000, "jump", [], [0, 0.5, 1, 1, 1, 1], [head, head], 1.0, 0.1),
         run(200, 400, "gradual", [400], [0, 0, 0.5, 1, 1, 1], [late], 0.5, 0.6),
         run(None, None, "none", [], [None] * 6, [], None, None),
-        {"config": {"train": {"max_steps": 3000}}, "circuits": "not screened: x"}]}
+        record(config={"train": {"max_steps": 3000}}, circuits="not screened: x")]}
     c = row_circuits(row)
     assert c["runs"] == 3 and c["induction_runs"] == 2
     assert c["f1_runs_with_early_sinks"] == 1
@@ -47,7 +49,7 @@ def test_the_leaderboard_section_reads_the_findings():
     # mean-pattern ablation: a column only where some run measured it
     assert "mean-pattern" not in text and c["ablation_mean_runs"] == 0
     both = run(100, 2000, "jump", [], [0, 0.5, 1, 1, 1, 1], [head], 1.0, 2.0)
-    both["circuits"]["ablation"].update(dloss_induction_mean=0.8, dloss_control_mean=0.1)
+    both.circuits["ablation"].update(dloss_induction_mean=0.8, dloss_control_mean=0.1)
     c = row_circuits({**row, "runs": [*row["runs"], both]})
     assert (c["ablation_mean_runs"], c["ablation_mean_wins"]) == (1, 1)
     assert (c["dloss_induction_mean"], c["dloss_control_mean"]) == (0.8, 0.1)
@@ -57,9 +59,9 @@ def test_the_leaderboard_section_reads_the_findings():
 
 
 def screened(steps, induction, first, identified):
-    return {"config": {"train": {"max_steps": 3000}}, "circuits": {
+    return record(config={"train": {"max_steps": 3000}}, circuits={
         "steps": [{"step": s} for s in steps], "early_identification": identified,
-        "overall": {"induction": induction, "first": first}}}
+        "overall": {"induction": induction, "first": first}})
 
 
 def test_curves_are_quartiles_over_runs_at_the_common_checkpoints():
@@ -68,19 +70,19 @@ def test_curves_are_quartiles_over_runs_at_the_common_checkpoints():
             screened([0, 50, 75, 100], [0, 0.5, 0.5, 1.0], [0, 0, 0, 0.3], [0, 1, 1, 1]),
             # no induction circuit at the end: no identified share at any step
             screened([0, 50, 100], [0, 0, 0], [0, 0.2, 0.2], [None, None, None])]
-    c = row_curves([r["circuits"] for r in runs])
+    c = row_curves([r.circuits for r in runs])
     assert c["step"] == [0, 50, 100]
     assert c["induction"][1] == [0, 0.25, 0.5]  # medians of (0,0,0), (0.25,0.5,0), (0.5,1,0)
     assert c["first"][1] == [0, 0, 0.2]
     assert c["identified"][1] == [0, 0.75, 1]  # over the two runs that have a circuit
     assert c["induction"][0][2] == 0.25 and c["induction"][2][2] == 0.75
-    assert all(math.isnan(v) for v in row_curves([runs[2]["circuits"]])["identified"][1])
+    assert all(math.isnan(v) for v in row_curves([runs[2].circuits])["identified"][1])
 
 
 def test_the_figure_is_drawn_only_from_screened_runs(tmp_path):
     row = {"architecture": "transformer", "runs": [
         screened([0, 50, 100], [0, 0.25, 0.5], [0, 0, 0.1], [0, 0.5, 1]),
-        {"config": {"train": {"max_steps": 3000}}, "circuits": "not screened: x"}]}
+        record(config={"train": {"max_steps": 3000}}, circuits="not screened: x")]}
     assert circuits_figure(tmp_path / "c.png", [row])
     assert (tmp_path / "c.png").stat().st_size > 10_000
     assert not circuits_figure(tmp_path / "d.png", [{**row, "runs": row["runs"][1:]}])
@@ -100,14 +102,14 @@ def test_sinks_of_any_class_are_read_from_the_kept_ratios():
         steps = [{"step": s, "ratios": [[head(first=early)], [head()],
                                         [head(induction=100 if s else 1, first=f)]]}
                  for s, f in zip((0, 200, 400, 800), first_by_step)]
-        return {"config": {"train": {"max_steps": 800}}, "circuits": {
+        return record(config={"train": {"max_steps": 800}}, circuits={
             "steps": steps, "induction_formation_step": 200, "sink_half_step": None,
             "sink_shape": "none", "sinks_in_layers_0_1_at": [],
             "overall": {"induction": [0, 1 / 3, 1 / 3, 1 / 3], "first": [0, 0, 0, 0]},
-            "early_identification": [0, 1, 1, 1], "induction_heads": [], "ablation": {}}}
+            "early_identification": [0, 1, 1, 1], "induction_heads": [], "ablation": {}})
 
     old = run([1, 1, 1, 1])
-    old["circuits"]["steps"] = [{"step": s["step"]} for s in old["circuits"]["steps"]]
+    old.circuits["steps"] = [{"step": s["step"]} for s in old.circuits["steps"]]
     row = {"task": "induction()", "architecture": "transformer", "runs": [
         run([1, 1, 40, 60]),  # sinks reach half their final fraction at 400: 2x induction's 200
         run([1, 1, 1, 35], early=31),  # layer 0 holds a sink from step 0: ratio 0
@@ -125,8 +127,8 @@ def test_sinks_of_any_class_are_read_from_the_kept_ratios():
     assert row_sinks_any_class({**row, "runs": [old]}) is None
     assert "thresholds induction 50x, first token 30x, as in the paper" in text
     # a row screened with a first-token threshold of 36x counts sinks at 36x and says so
-    strict = [{**r, "circuits": {**r["circuits"], "sequences": 500,
-                                 "thresholds": {"induction": 50.0, "first": 36.0}}}
+    strict = [dataclasses.replace(r, circuits={**r.circuits, "sequences": 500,
+                                               "thresholds": {"induction": 50.0, "first": 36.0}})
               for r in row["runs"][:3]]
     c = row_sinks_any_class({**row, "runs": strict})
     assert (c["with_sinks"], c["sink_layers"]) == (1, [2])  # reached by run 1 (40x, 60x) only
@@ -136,8 +138,8 @@ def test_sinks_of_any_class_are_read_from_the_kept_ratios():
     mixed = "\n".join(circuits_markdown([{**row, "runs": strict[:1] + row["runs"][1:3]}]))
     assert "runs differ: 500 induction sequences" in mixed
     # the figure's dashed curve: the median multi-label fraction, the run without ratios left out
-    curves = row_curves([r["circuits"] for r in row["runs"]])
+    curves = row_curves([r.circuits for r in row["runs"]])
     assert curves["first_any"][1] == [0, 0, 1 / 3, 1 / 3]
     assert curves["first"][1] == [0, 0, 0, 0]
-    assert all(math.isnan(v) for v in row_curves([old["circuits"]])["first_any"][1])
+    assert all(math.isnan(v) for v in row_curves([old.circuits])["first_any"][1])
     assert "Sinks counted" not in "\n".join(circuits_markdown([{**row, "runs": [old]}]))

@@ -11,6 +11,7 @@ from bench.analysis.leaderboard import summarise
 from bench.core.errors import ConfigError
 from bench.core.stats import smallest_detectable
 from bench.sweeps.spec import expand, load_spec, tuning_jobs
+from tests.records import records
 
 
 def _result(heads: int, seed: int, step: int | None, budget: int = 1000) -> dict:
@@ -25,7 +26,7 @@ def _result(heads: int, seed: int, step: int | None, budget: int = 1000) -> dict
 def _rows(steps_by_heads: dict[int, list[int | None]]) -> list[dict]:
     results = [_result(h, s, st) for h, steps in steps_by_heads.items()
                for s, st in enumerate(steps)]
-    return [row for row, _ in summarise(results)]
+    return [row for row, _ in summarise(records(results))]
 
 
 def test_a_monotone_claim_is_tested_as_a_trend_with_its_direction():
@@ -116,7 +117,7 @@ def test_comparing_architectures_by_name_keeps_their_own_rates_in_the_comparison
                for name, lr, steps in (("transformer", 0.01, [400, 450, 500, 520]),
                                        ("mlp_mixer", 0.003, [100, 100, 150, 150]))
                for s, st in enumerate(steps)]
-    rows = [row for row, _ in summarise(results)]
+    rows = [row for row, _ in summarise(records(results))]
     [c] = run_tests([{"compare": "arch.name", "against": "transformer"}], rows)
     assert c.between == "mlp_mixer vs transformer" and c.direction == "mlp_mixer sooner"
     assert c.p == pytest.approx(2 / 70)

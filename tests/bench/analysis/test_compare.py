@@ -79,18 +79,46 @@ def test_a_leaking_plug_in_compared_against_a_board_ends_leaked(board, cli, tmp_
 
 def test_a_new_row_from_another_machine_is_noted_under_the_table():
     from bench.analysis.compare import machine_notes
+    from bench.core.rows import group_key
+    from tests.records import record
 
     def run(arch, cpu):
-        return {"config": {"task": {"name": "linear_map"}, "arch": {"name": arch},
-                           "train": {"lr": 0.001}, "seed": 0},
-                "versions": {"cpu": cpu, "torch_threads": "2"}}
-
-    from bench.core.rows import group_key
+        return record(config={"task": {"name": "linear_map"}, "arch": {"name": arch},
+                              "train": {"lr": 0.001}, "seed": 0},
+                      versions={"cpu": cpu, "torch_threads": "2"})
 
     same = [run("transformer", "EPYC"), run("mine", "EPYC")]
-    new_key = group_key(same[1]["config"])
+    new_key = group_key(same[1].config)
     assert machine_notes(same, {new_key}) == []
     other = [run("transformer", "EPYC"), run("mine", "Xeon")]
     assert machine_notes(other, {new_key}) == [
         "steps/s: the committed rows ran on EPYC, 2 threads, the new row on Xeon, 2 threads: "
         "that column compares machines, not mixers"]
+
+
+@pytest.mark.slow
+def test_a_real_compare_against_the_committed_quickstart_board(cli, tmp_path):
+    """End to end against the committed quickstart board (not a tiny one): its tests and
+    tuning protocol apply to the merged board, its 24 finished jobs are reused untouched, and
+    only the new row's 4 tuning and 8 reported runs train (an MLP-Mixer: they emerge in a few
+    hundred steps)."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[3] / "leaderboards" / "quickstart.yaml"
+    before = (spec.with_suffix("") / "results.sqlite").read_bytes()
+    committed = finished_at(spec.with_suffix("") / "results.sqlite")
+    out = tmp_path / "cmp"
+    code, captured = cli("compare", "arch.name=mlp_mixer", "arch.d_model=32", "arch.n_layers=1",
+                         "--against", str(spec), "--out", str(out), "--no-progress")
+    assert code == 0, captured.err
+    after = finished_at(out / "results.sqlite")
+    assert {k: after[k] for k in committed} == committed
+    assert len(after) == len(committed) + 4 + 8
+    text = (out / "compare.md").read_text()
+    assert text in captured.out
+    rows = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| linear_map")]
+    assert rows[:3] == ["`mlp_mixer`", "`mlp_mixer(d_model=32, n_layers=1)`", "`transformer`"]
+    # the board's test runs on the merged board (the new row, at another width and depth, is a
+    # series of its own there, so the committed comparison stands as it was)
+    assert "## Tests" in text and "| mlp_mixer vs transformer | mlp_mixer sooner |" in text
+    assert (spec.with_suffix("") / "results.sqlite").read_bytes() == before

@@ -10,6 +10,7 @@ from bench.analysis.mechanism import even_mass, rise_step, row_mechanism
 from bench.api import sweep
 from bench.sweeps.results import read_results
 from tests.bench.conftest import TINY
+from tests.records import records
 
 
 def test_the_rise_is_the_first_evaluation_half_way_up():
@@ -32,7 +33,7 @@ def test_a_rise_from_zero_to_no_preference_is_no_rise():
     assert rise_step(curves, "m", floor=even_mass(target)) is None  # not above no preference
     run = {"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
            "attention_target": target, "curves": {**curves, "val/influence_mass": curves["m"]}}
-    (m,) = row_mechanism({"runs": [run], "job_config": {"train": {"eval_every": 50}}})
+    (m,) = row_mechanism({"runs": records([run]), "job_config": {"train": {"eval_every": 50}}})
     assert m["censored_risen"] == 0 and m["even"] == pytest.approx(7 / 12)
 
 
@@ -44,7 +45,7 @@ def test_lags_per_row():
     runs += [{"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
               "curves": {"step": [0, 50, 100, 150, 200], "val/influence_mass": curve}}
              for curve in ([0.1, 0.1, 0.3, 0.4, 0.4], [0.1, 0.1, 0.1, 0.11, math.nan])]
-    (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
+    (m,) = row_mechanism({"runs": records(runs), "job_config": {"train": {"eval_every": 50}}})
     assert (m["curve"], m["emerged"], m["risen"], m["median_lag"]) == ("influence", 3, 3, 0)
     assert m["coincide"] == 1.0 and m["rho"] == pytest.approx(1.0)
     # every seed: start and end medians; one of the two censored seeds learned the pattern
@@ -54,7 +55,7 @@ def test_lags_per_row():
     assert math.isnan(m["auroc_end"])  # no AUROC recorded either
     ranked = [{**r, "curves": {**r["curves"], "val/influence_auroc": [0.5, 0.6, a]}}
               for r, a in zip(runs, (0.9, 1.0, 0.95, 0.55, 0.6))]
-    (m,) = row_mechanism({"runs": ranked, "job_config": {"train": {"eval_every": 50}}})
+    (m,) = row_mechanism({"runs": records(ranked), "job_config": {"train": {"eval_every": 50}}})
     assert (m["auroc_start"], m["auroc_end"]) == (pytest.approx(0.5), pytest.approx(0.9))
 
 
@@ -65,27 +66,27 @@ def test_a_pattern_rising_with_the_metric_leads_the_threshold_but_not_the_half_r
              "curves": {"step": steps, "val/parent_mass": [0.1, 0.1, 0.2, 0.5, 0.6, 0.6],
                         "val/token_acc": [0.5, 0.5, 0.6, 0.8, 0.92, 0.95]}}] * 3
     job = {"train": {"eval_every": 50}, "emergence": {"metric": "val/token_acc"}}
-    (m,) = row_mechanism({"runs": runs, "job_config": job})
+    (m,) = row_mechanism({"runs": records(runs), "job_config": job})
     assert (m["curve"], m["median_lag"], m["half_lag"], m["half_coincide"]) == \
         ("attention", -50, 0, 1.0)
     # a loss falls: its half-fall is the same step
     loss = [{**r, "curves": {**r["curves"], "val/loss": [0.7, 0.7, 0.6, 0.3, 0.1, 0.1]}}
             for r in runs]
     job = {"train": {"eval_every": 50}, "emergence": {"metric": "val/loss"}}
-    (m,) = row_mechanism({"runs": loss, "job_config": job})
+    (m,) = row_mechanism({"runs": records(loss), "job_config": job})
     assert m["half_lag"] == 0
 
 
 def test_a_row_that_never_emerged_still_shows_its_pattern():
     runs = [{"status": "censored", "steps_to_emergence": None, "budget_steps": 400,
              "curves": {"step": [0, 50, 100], "val/influence_mass": [0.2, 0.3, 0.6]}}] * 2
-    (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
+    (m,) = row_mechanism({"runs": records(runs), "job_config": {"train": {"eval_every": 50}}})
     assert (m["emerged"], m["risen"], m["censored_risen"]) == (0, 0, 2)
     assert math.isnan(m["median_lag"]) and m["end"] == pytest.approx(0.6)
     # a seed that never emerged but whose accuracy rose with its pattern counts at the half-rise
     runs = [{**runs[0], "curves": {"step": [0, 50, 100], "val/influence_mass": [0.2, 0.5, 0.6],
                                    "val/token_acc": [0.5, 0.6, 0.8]}}]
-    (m,) = row_mechanism({"runs": runs, "job_config": {"train": {"eval_every": 50}}})
+    (m,) = row_mechanism({"runs": records(runs), "job_config": {"train": {"eval_every": 50}}})
     assert (m["half_n"], m["half_lag"]) == (1, -50)  # pattern half way at 50, accuracy at 100
 
 
@@ -98,13 +99,13 @@ def test_a_board_with_influence_and_patching_shows_its_mechanism(tmp_path):
     sweep(path, out=tmp_path / "mech")
     _, results = read_results(tmp_path / "mech")
     for r in results:
-        assert "val/influence_mass" in r["curves"]
-        if r["config"]["arch"]["name"] == "transformer" and r["status"] == "emerged":
-            assert r["patch"]["pre"]["step"] < r["patch"]["post"]["step"]
-            assert r["patch"]["on_plateau"] == (r["plateau_end"] is not None
-                                                and r["patch"]["pre"]["step"] <= r["plateau_end"])
-        elif r["status"] == "emerged":
-            assert r["patch"].startswith("not patched: arch.name: mixer 'mlp_mixer' exposes no")
+        assert "val/influence_mass" in r.curves
+        if r.config["arch"]["name"] == "transformer" and r.emerged:
+            assert r.patch["pre"]["step"] < r.patch["post"]["step"]
+            assert r.patch["on_plateau"] == (r.plateau_end is not None
+                                             and r.patch["pre"]["step"] <= r.plateau_end)
+        elif r.emerged:
+            assert r.patch.startswith("not patched: arch.name: mixer 'mlp_mixer' exposes no")
     text = (tmp_path / "mech" / "leaderboard.md").read_text()
     assert "## Mechanism: the pattern against emergence" in text
     assert "| influence |" in text and "| attention |" in text
@@ -128,6 +129,7 @@ def test_patching_summary_leaves_out_runs_whose_pre_checkpoint_is_off_the_platea
             run(1050, 300, 0.88, 0.9, [0.5, 0.5], 0.5),  # pre after the plateau: gap 0.02
             run(1050, None, 0.88, 0.9, [0.5, 0.5], 0.5),  # no plateau observed
             {"plateau_end": 100, "patch": "not patched: no attention"}]
+    runs = records(runs)
     s = patch_summary({"runs": runs, "job_config": {"emergence": {"metric": "val/token_acc",
                                                                   "threshold": 0.9}}})
     assert (s["runs"], s["used"], s["heads"]) == (4, 2, 4)
@@ -154,7 +156,8 @@ def test_the_influence_figure_shows_a_row_that_never_emerged(tmp_path, monkeypat
            "attention_target": truth,
            "influence": {"steps": [0, 200, 400], "rows": [1, 2],
                          "maps": [[[0.5, 0.5, 0], [0.3, 0.3, 0.4]]] * 3}}
-    assert influence_figure(tmp_path / "influence.png", [{"architecture": "gdn", "runs": [run]}])
+    row = {"architecture": "gdn", "runs": records([run])}
+    assert influence_figure(tmp_path / "influence.png", [row])
     assert (tmp_path / "influence.png").stat().st_size > 1000
     titles = [ax.get_title() for ax in drawn[0].axes if ax.get_title()]  # not the colour bars
     assert titles == ["gradient, step 0", "gradient, step 400 (last; never emerged)",
@@ -164,6 +167,7 @@ def test_the_influence_figure_shows_a_row_that_never_emerged(tmp_path, monkeypat
     run["intervention"] = {"steps": [0, 400], "rows": [1, 2],
                            "maps": [[[0.1, 0.9, 0], [0.5, 0.5, 0.0]]] * 2}
     drawn.clear()
-    assert influence_figure(tmp_path / "influence.png", [{"architecture": "gdn", "runs": [run]}])
+    assert influence_figure(tmp_path / "influence.png",
+                            [{"architecture": "gdn", "runs": records([run])}])
     titles = [ax.get_title() for ax in drawn[0].axes if ax.get_title()]
     assert titles[2:4] == ["intervention, step 0", "intervention, step 400 (last; never emerged)"]

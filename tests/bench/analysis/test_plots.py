@@ -7,7 +7,9 @@ import pytest
 from bench.analysis.labels import covarying
 from bench.analysis.plots import representative
 from bench.core.errors import ConfigError
+from bench.core.record import RunRecord
 from bench.sweeps.axes import axis_value
+from tests.records import record
 
 
 def _row(heads: int, task_seed: int = 0) -> dict:
@@ -36,17 +38,17 @@ def test_a_field_that_moves_with_the_axis_is_not_a_series():
     assert covarying(rows, ["arch.n_heads"]) == ["arch.head_dim"]
 
 
-def _run(seed: int, status: str, step: int | None, acc: float = 0.9) -> dict:
-    return {"status": status, "steps_to_emergence": step, "final_metrics": {"val/token_acc": acc},
-            "config": {"seed": seed, "emergence": {"metric": "val/token_acc"},
-                       "task": {"name": "linear_map"}},
-            "curves": {"step": [50, 100, 150, 200, 250],
-                       "val/loss": [0.69, 0.66, 0.60, 0.1, 0.01]}}
+def _run(seed: int, status: str, step: int | None, acc: float = 0.9) -> RunRecord:
+    return record(status=status, steps_to_emergence=step, final_metrics={"val/token_acc": acc},
+                  config={"seed": seed, "emergence": {"metric": "val/token_acc"},
+                          "task": {"name": "linear_map"}},
+                  curves={"step": [50, 100, 150, 200, 250],
+                          "val/loss": [0.69, 0.66, 0.60, 0.1, 0.01]})
 
 
 def test_the_representative_seed_is_the_median_emerger_or_the_closest():
     runs = [_run(0, "emerged", 300), _run(1, "emerged", 100), _run(2, "emerged", 200),
             _run(3, "censored", None)]
-    assert representative(runs)["config"]["seed"] == 2
+    assert representative(runs).seed == 2
     never = [_run(0, "censored", None, 0.7), _run(1, "censored", None, 0.95)]
-    assert representative(never)["config"]["seed"] == 1
+    assert representative(never).seed == 1

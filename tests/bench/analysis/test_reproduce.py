@@ -61,10 +61,10 @@ def test_doctored_committed_results_differ(committed, cli, tmp_path):
     fresh = tmp_path / "fresh"
     shutil.copytree(reference, fresh)  # the honest results become the rerun ...
     db = ResultsDB(reference / ResultsDB.FILENAME)
-    for result in db.results():  # ... and the committed ones say no seed ever emerged
-        result.update(status="censored", steps_to_emergence=None,
-                      tokens_to_emergence=None, steps=result["budget_steps"])
-        db.finish(result["job_id"], result)
+    for record in db.results():  # ... and the committed ones say no seed ever emerged
+        result = record.to_json() | {"status": "censored", "steps_to_emergence": None,
+                                     "tokens_to_emergence": None, "steps": record.budget_steps}
+        db.finish(record.job_id, result)
     db.close()
     code, captured = cli("reproduce", str(committed), "--out", str(fresh), "--no-progress")
     assert code == 1

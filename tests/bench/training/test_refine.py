@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from bench.core.emergence import EmergenceCriterion, EmergenceTracker
-from bench.core.rows import emergence_step, survival_sample
+from bench.core.rows import survival_sample
 from bench.training.checkpoint import AnalysisCheckpoint, analysis_path, analysis_steps
 from bench.training.config import build_run_task, load_run_config
 from bench.training.refine import refine
 from bench.training.run import train, trainer_options
+from tests.records import record
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",
        "arch.d_model=16", "train.eval_every=25", "train.eval_size=128", "train.probe_size=64",
@@ -125,9 +126,10 @@ def test_bracket_candidates_go_when_a_passing_run_breaks_off(tmp_path):
 
 
 def test_tables_use_the_refined_step_where_a_run_has_one():
-    run = {"status": "emerged", "steps_to_emergence": 75, "budget_steps": 400}
-    assert emergence_step(run) == 75
-    assert survival_sample([{**run, "refined_step": 57}, run]) == ([57, 75], [True, True])
+    run = record(status="emerged", steps_to_emergence=75, budget_steps=400)
+    assert run.emergence_step == 75
+    refined = dataclasses.replace(run, refined_step=57)
+    assert survival_sample([refined, run]) == ([57, 75], [True, True])
     assert dataclasses.fields(EmergenceCriterion)[-1].name == "refine"
 
 
