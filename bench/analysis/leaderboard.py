@@ -22,43 +22,17 @@ from ..core.errors import ConfigError
 from ..core.record import RunRecord, as_records
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
-from ..core.stats import SLOPE_RESAMPLES, SurvivalSummary, finite_median, kaplan_meier, loglog_slope
+from ..core.stats import SLOPE_RESAMPLES, SurvivalSummary, kaplan_meier, loglog_slope
 from ..sweeps.axes import AxisError, axis_value
 from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
+from .columns import CONVENTIONS, CSV_FIELDS, computed, table_columns
 from .labels import record_defaults, row_labels
 from .mechanism import influence_figure, mechanism_markdown
 from .warmups import warmup_markdown
 
-COLUMNS = [
-    "task", "architecture", "seeds", "emerged", "diverged", "leaked", "solve_rate", "median_steps",
-    "median_ci_low", "median_ci_high", "q1_steps", "q3_steps", "median_width", "width_note",
-    "heldout_acc", "train_acc", "gap", "instances", "flagged", "params", "state_per_layer",
-    "steps_per_s", "config", "lr", "lr_grid",
-]
 NULL_ROWS = ("chance", "no context", "Bayes-optimal")
-CONVENTIONS = (
-    "Steps-to-emergence are Kaplan-Meier estimates over seeds: a seed that never emerges is "
-    "censored at its budget. Quantiles follow R survival's quantile.survfit: the first step "
-    "where the survival curve is at or below 1 - q, the midpoint of a flat exactly there; "
-    "\"> N\": fewer than that share of seeds emerged within the budget N. The 95% interval of "
-    "the median is read off the log-log pointwise band (Brookmeyer-Crowley, survfit's "
-    "conf.type = \"log-log\"); NA: that end is undefined (the band never crosses 0.5 at a "
-    "defined point). Width: median steps from the end of the plateau (the last evaluation "
-    "after step 0 at most 10% of the way from the no-context baseline to the ceiling) to the "
-    "first of the final evaluations at 90% or more, over the seeds where a plateau was seen "
-    "(the CSV's width_note says how many were not). Held-out acc / train acc: median over seeds "
-    "of the best token accuracy over all evaluations on the held-out transitions / on the fixed "
-    "probe of training sequences; gap: median of the largest excess of train over held-out at "
-    "one evaluation (memorisation shows as a large gap). Null rows: chance guesses uniformly; "
-    "no context is the best predictor that reads no context (the per-position majority of the "
-    "held-out set); Bayes-optimal (where a perfect score is out of reach) knows the rule pool "
-    "and infers the active rule from the prefix. Instances: distinct task instances (matrices "
-    "or rule pools) among the seeds; flagged: seeds whose instance is degenerate (the CSV "
-    "and result.json say how). State/layer: numbers one layer keeps per sequence to produce "
-    "the next token at the task's full length (a recurrent state, or the cache or inputs it "
-    "reads again). Config: hash of the row's config less the seed.")
 LEAKED_NOTE = (
     "Leaked: seeds whose decisive evaluation (step 0, any that could decide emergence, the "
     "last) changed when the inputs after a cut were scrambled, i.e. the mixer read the "
@@ -78,41 +52,16 @@ def reported(results: list[RunRecord], spec: dict[str, Any] | None) -> list[RunR
 
 
 def summarise(results: list[RunRecord]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
-    """One (row, KM summary) per configuration and learning rate, ranked."""
+    """One (row, KM summary) per configuration and learning rate, ranked: the columns'
+    fields (bench.analysis.columns) and what the tables and figures read beside them."""
     rows = []
     for key, runs in by_row(results).items():
         config = runs[0].config
         task, arch = row_labels(config)
         km = kaplan_meier(*survival_sample(runs))
-        widths = [r.transition_width for r in runs if r.transition_width is not None]
-        missing = [r.width_note or "not recorded" for r in runs if r.transition_width is None]
         rows.append(({
-            "task": task,
-            "architecture": arch,
-            "seeds": len(runs),
-            "emerged": km.events,
-            "diverged": sum(r.status == "diverged" for r in runs),
-            "leaked": sum(r.status == "leaked" for r in runs),
-            "solve_rate": km.events / len(runs),
-            "median_steps": km.median,
-            "median_ci_low": km.ci_low,
-            "median_ci_high": km.ci_high,
-            "q1_steps": km.q1,
-            "q3_steps": km.q3,
-            "median_width": statistics.median(widths) if widths else math.nan,
-            "width_note": "; ".join(f"{missing.count(n)} of {len(runs)}: {n}"
-                                    for n in dict.fromkeys(missing)),
-            "heldout_acc": finite_median([r.accuracy.heldout_token_acc for r in runs]),
-            "train_acc": finite_median([r.accuracy.train_token_acc for r in runs]),
-            "gap": finite_median([r.accuracy.gap for r in runs]),
-            "instances": len({r.instance_seed for r in runs}),
-            "flagged": sum(bool(r.task_flags) for r in runs),
-            "params": runs[0].n_params,
-            "state_per_layer": runs[0].state_per_layer,
-            "steps_per_s": statistics.median(r.steps_per_s for r in runs),
-            "config": key,
-            "lr": config["train"]["lr"],
-            "lr_grid": "",
+            "task": task, "architecture": arch, **computed(runs, km), "config": key,
+            "lr": config["train"]["lr"], "lr_grid": "",
             "family": group_key(config, ("seed", "lr")),
             "budget": max(r.budget_steps for r in runs),
             "job_config": config,
@@ -137,15 +86,6 @@ def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):
                                       sorted(members, key=lambda rk: rk[0]["lr"]))
         chosen.append((row, km))
     return [rk for rk in summaries if any(rk[0] is c[0] for c in chosen)]
-
-
-def steps_text(x: float, budget: float | None = None) -> str:
-    """A step count as the table shows it: NA when undefined, > budget when not reached."""
-    if math.isnan(x):
-        return "NA"
-    if math.isinf(x):
-        return f"> {budget:.0f}" if budget else "not reached"
-    return f"{x:.0f}"
 
 
 def null_rows(task_row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,38 +116,11 @@ def with_null_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _fmt(x: float, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
 def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
-    header = ["task", "architecture", *(["lr"] if lr_column else []), "solved",
-              "median steps [95% CI]", "quartiles", "width", "held-out acc", "train acc", "gap",
-              "instances", "params", "state/layer", "steps/s", "config"]
-    cells = []
-    for r in rows:
-        if r["architecture"] in NULL_ROWS:
-            cells.append([r["task"], f"*{r['architecture']}*", *(["-"] if lr_column else []),
-                          "-", "-", "-", "-", _fmt(r["heldout_acc"]), "-", "-", "-", "-", "-",
-                          "-", f"`{r['config']}`"])
-            continue
-        budget = r["budget"]
-        ci = f"[{steps_text(r['median_ci_low'])}, {steps_text(r['median_ci_high'])}]"
-        lr = f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")
-        instances = f"{r['instances']}" + (f" ({r['flagged']} flagged)" if r["flagged"] else "")
-        cells.append([
-            r["task"], f"`{r['architecture']}`", *([lr] if lr_column else []),
-            f"{r['emerged']}/{r['seeds']} ({r['solve_rate']:.0%})"
-            + (f", **{r['leaked']} leaked**" if r.get("leaked") else ""),
-            f"{steps_text(r['median_steps'], budget)} {ci}",
-            f"{steps_text(r['q1_steps'], budget)} to {steps_text(r['q3_steps'], budget)}",
-            "-" if math.isnan(r["median_width"]) else f"{r['median_width']:.0f}",
-            _fmt(r["heldout_acc"]), _fmt(r["train_acc"]), _fmt(r["gap"]), instances,
-            f"{r['params']:,}",
-            "-" if r["state_per_layer"] is None else f"{r['state_per_layer']:,}",
-            f"{r['steps_per_s']:.1f}", f"`{r['config']}`",
-        ])
-    return markdown.table(header, cells)
+    columns = table_columns(lr_column)
+    cells = [[(c.null(r) if c.null else "-") if r["architecture"] in NULL_ROWS else c.text(r)
+              for c in columns] for r in rows]
+    return markdown.table([c.header for c in columns], cells)
 
 
 def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
@@ -300,7 +213,7 @@ def slope_markdown(rows: list[dict[str, Any]], axis: str) -> list[str]:
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
 

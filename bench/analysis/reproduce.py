@@ -40,8 +40,9 @@ from ..core.stats import (
 from ..sweeps.results import ResultsDB, read_results
 from ..sweeps.spec import SweepSpec, load_spec, row_filter
 from ..sweeps.sweep import run_sweep
+from .columns import steps_text
 from .labels import row_labels
-from .leaderboard import steps_text, write_leaderboard
+from .leaderboard import write_leaderboard
 
 
 def committed_dir(spec_path: Path) -> Path:
