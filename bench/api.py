@@ -43,9 +43,9 @@ def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | No
     Writes `out/result.json` and `out/metrics.csv` (default `runs/<job id>`) and returns the
     result (None on ranks other than 0 of a multi-device run). Where `out` holds this job's
     resume checkpoint (a killed run), training continues from it."""
+    from .measures.run import train as train_run
     from .sweeps.results import check_out_dir
     from .training.config import load_run_config
-    from .training.run import train as train_run
 
     cfg = load_run_config(config or [], config_file)
     run_dir = Path(out) if out is not None else Path("runs") / cfg.job_id()
@@ -155,7 +155,7 @@ def patch(run_dir: str | Path, pre: int | None = None, post: int | None = None,
           curve: bool = False) -> dict[str, Any]:
     """Attention patching of a run with analysis checkpoints (`bench patch`): the report
     written to RUN_DIR/patch/ (patch.json, or curve.json with `curve`)."""
-    from .training.patching import patch_curve, patch_run
+    from .measures.patching import patch_curve, patch_run
 
     if curve:
         if pre is not None:
@@ -169,7 +169,7 @@ def circuits(run_dir: str | Path, thresholds: list[str] | None = None,
              sequences: int = 2000) -> dict[str, Any]:
     """The head screen over an induction run's checkpoints (`bench circuits`): the report
     written to RUN_DIR/circuits/circuits.json; `thresholds` as CLASS=RATIO items."""
-    from .training.circuits import parse_thresholds, screen_run
+    from .measures.circuits import parse_thresholds, screen_run
 
     return screen_run(Path(run_dir), parse_thresholds(thresholds or []), sequences)
 

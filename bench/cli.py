@@ -186,7 +186,7 @@ def patch(
     """Attention patching: the pre model with heads' attention taken from the post model (one
     at a time, greedy sets, the ground truth); writes RUN_DIR/patch/."""
     from .api import patch as run_patch
-    from .training.patching import curve_markdown, to_markdown
+    from .measures.patching import curve_markdown, to_markdown
 
     report = run_patch(run_dir, pre, post, curve)
     print(curve_markdown(report) if curve else to_markdown(report))
@@ -206,7 +206,7 @@ def circuits(
     previous, first/sink, self, local) and participation ratio, formation steps, early
     identification, group ablation; writes RUN_DIR/circuits/."""
     from .api import circuits as screen
-    from .training.circuits import to_markdown
+    from .measures.circuits import to_markdown
 
     print(to_markdown(screen(run_dir, threshold or [], sequences)))
 

@@ -7,7 +7,7 @@ at which the curve has covered half of its rise from step 0 to its maximum; a cu
 rises by 0.02 has none. A map's curve rises from the mass of a map with no preference (rows
 spread evenly over the earlier positions) where its start is lower: a mixer whose output
 projections start at zero has no influence at step 0. The verdicts read the intervention map
-(bench.training.influence: it sees dependences a gradient misses); the gradient map stays
+(bench.measures.influence: it sees dependences a gradient misses); the gradient map stays
 beside it.
 
 Per row: the lag of the rise behind the emergence step over the emerged seeds (negative: the
@@ -43,7 +43,7 @@ MIN_RISE = 0.02
 CURVES = (("val/intervention_mass", "intervention"), ("val/influence_mass", "influence"),
           ("val/parent_mass", "attention"))
 MAPS = ("intervention", "influence")  # the curves of a map of any mixer: rise from the
-# no-preference mass, with the parents' AUROC beside (bench.training.influence); the verdicts
+# no-preference mass, with the parents' AUROC beside (bench.measures.influence); the verdicts
 # read the intervention map, the gradient (influence) map stays beside it
 
 

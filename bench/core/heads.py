@@ -1,6 +1,6 @@
 """The head screen's classes and default thresholds, and what is read from its per-checkpoint
 ratios over training, with no heavy imports: `bench circuits` computes the ratios
-(bench/training/circuits.py) and the leaderboard reads these curves back from result.json."""
+(bench/measures/circuits.py) and the leaderboard reads these curves back from result.json."""
 
 from __future__ import annotations
 

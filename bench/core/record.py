@@ -33,7 +33,7 @@ class Accuracy:
 
 @dataclass
 class MixingMaps:
-    """Mixing-pattern maps kept from a run (`bench.training.run.influence_summary`): the first,
+    """Mixing-pattern maps kept from a run (`bench.measures.maps.kept`): the first,
     the two bracketing emergence, and the last."""
 
     steps: list[int]

@@ -35,9 +35,10 @@ Summary = dict[str, Any]  # {"id", "status", "error"?}
 
 def execute(config: dict[str, Any], out: str) -> Summary:
     """Run one job here and record it in `out`'s results database."""
+    from ..measures.run import train
     from ..training.checkpoint import resume_path
     from ..training.config import load_run_config
-    from ..training.run import train, versions
+    from ..training.run import versions
 
     job_id = config_job_id(config)  # known before the config is resolved (plug-ins imported)
     db = ResultsDB(Path(out) / ResultsDB.FILENAME)

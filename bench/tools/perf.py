@@ -125,6 +125,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
 
     import torch
 
+    from ..measures.maps import MixingMapCallback
     from ..training.config import task_instance
     from ..training.lightning_module import EmergenceModule
     from ..training.run import kernel_path
@@ -133,13 +134,14 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     task = task_instance(cfg.task, cfg.train, seed=0)
     torch.manual_seed(0)
     module = EmergenceModule(cfg.arch, cfg.train, task).to(device)
+    maps = MixingMapCallback(cfg.train, task)
     bare = BareLoop(module, task, device)
     first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
     steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
     lightning, plain, gen, evals, wholes, analyses, leaks = [], [], [], [], [], [], []
     for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
         step_s, eval_s, whole_s, analysis_s, leak_s = lightning_stretch(
-            cfg, module, task, warmup, steps, accelerator)
+            cfg, module, maps, task, warmup, steps, accelerator)
         lightning.append(step_s)  # median step time, robust to this machine's hiccups
         evals.append(eval_s)
         wholes.append(whole_s)
@@ -172,7 +174,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
         "analysis_share": share(analyses), "leak_of_whole": statistics.median(leaks),
         "eval_every": cfg.train.eval_every,
         "screen_size": cfg.train.screen_size, "screen_rows": task.screen_rows,
-        "influence_every": module.influence_every,
+        "influence_every": maps.every,
         "peak_mib": peak,
     }
 
@@ -214,7 +216,7 @@ class BareLoop:
         return durations, gen
 
 
-def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: str):
+def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelerator: str):
     """Train warmup + steps through the runner's Trainer with two evaluations inside: at a third
     a screened one, as a run makes at almost every cadence point, and at two thirds a whole one;
     return (median seconds per timed step, seconds of the screened evaluation, of the whole one,
@@ -246,8 +248,9 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
                 # in it is the run's last (always whole)
 
         def on_validation_start(self, trainer, pl_module):
-            self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s
-            self.i0, self.l0 = pl_module.influence_s, pl_module.leak_s
+            # analysis: the module's attention statistics and the maps callback's maps
+            self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s + maps.seconds
+            self.i0, self.l0 = maps.seconds, pl_module.leak_s
 
         def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
             screen = trainer.datamodule.screen_chunks(trainer.world_size)
@@ -258,13 +261,13 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
         def on_validation_end(self, trainer, pl_module):
             if not trainer.sanity_checking:  # the step-0 evaluation is not part of the cadence
                 # the influence map, measured at both, counts 1/k: it comes every k-th time
-                influence = (pl_module.influence_s - self.i0) * (1 - 1 / every_k)
+                influence = (maps.seconds - self.i0) * (1 - 1 / every_k)
                 self.evals.append((time.perf_counter() - self.v0 - influence,
-                                   pl_module.analysis_s - self.a0 - influence,
+                                   pl_module.analysis_s + maps.seconds - self.a0 - influence,
                                    pl_module.leak_s - self.l0))
 
-    every_k = module.influence_every  # the default cadence's (eval_every 50)
-    module.influence_every = 1  # measured at each evaluation of the stretch, counted 1/k
+    every_k = maps.every  # the default cadence's (eval_every 50)
+    maps.every = 1  # measured at each evaluation of the stretch, counted 1/k
     timer = Timer()
     run_cfg = dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
@@ -273,9 +276,9 @@ def lightning_stretch(cfg, module, task, warmup: int, steps: int, accelerator: s
     emergence = emergence_callback(cfg, task)
     emergence.tracker.criterion = dataclasses.replace(cfg.emergence, stop_early=False)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(run_cfg, Path(tmp), [emergence, timer], progress=False)
+        trainer = build_trainer(run_cfg, Path(tmp), [maps, emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
-    module.influence_every = every_k
+    maps.every = every_k
     (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
     return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak
@@ -328,7 +331,8 @@ def _timed_job(config: dict[str, Any], index: int, threads: int) -> float:
     """Train one job in this worker process; return its training wall time (the runner's)."""
     import torch
 
-    from ..training.run import quiet_lightning, train
+    from ..measures.run import train
+    from ..training.run import quiet_lightning
 
     torch.set_num_threads(threads)
     quiet_lightning()

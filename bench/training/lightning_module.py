@@ -9,7 +9,6 @@ evaluated sequences puts on its ground-truth parents (max over heads, per layer 
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -23,19 +22,9 @@ from architectures import ArchConfig, Backbone, RecordsAttention
 from datamodules.base import Batch, SequenceTask, join_tokens
 
 from .config import TrainConfig
-from .influence import (
-    REPLACEMENTS,
-    alignment,
-    cadence,
-    influence_map,
-    intervention_map,
-    replacement_plan,
-    row_sample,
-)
 
 ATTENTION_ENTRIES = 1 << 20  # attention probabilities per head an evaluation records
 ATTENTION_MIN_ROWS = 2  # sequences, however long
-MAPS = ("influence", "intervention")  # the mixing patterns every run records, any mixer
 LEAK_CUTS = 2  # cuts per decisive evaluation whose later inputs are scrambled (leak_check)
 
 
@@ -64,28 +53,14 @@ class EmergenceModule(L.LightningModule):
         self.recorded: list[torch.Tensor] = []  # per layer (R, H, L, L), last evaluation
         self.last_head_mass: list[torch.Tensor] = []  # per layer (H,), last eval batch
         self.task = task
-        self.influence_maps: dict[int, list[list[float]]] = {}  # step -> (R, L), rounded
-        self.intervention_maps: dict[int, list[list[float]]] = {}  # the same, by intervention
-        # the rows the maps measure (indices into scored) and every how many evaluations
-        self.register_buffer("influence_rows", row_sample(len(scored), train.influence_rows),
-                             persistent=False)
-        # the intervention map replaces every position the measured rows can read
-        self.replaceable = task.replacement_values()  # (L, V): the maps' and leak check's
-        upto = int(scored[self.influence_rows].max()) + 1 if len(scored) else 0
-        replaced = 0 if not train.influence_size else int(
-            (self.replaceable[:upto].sum(-1) - 1).clamp(0, REPLACEMENTS).sum())
-        self.replacements: tuple[torch.Tensor, torch.Tensor] | None = None  # at first use
-        self.influence_every = cadence(train.influence_size, len(self.influence_rows),
-                                       train.eval_every, train.batch_size, train.influence_every,
-                                       replaced)
+        self.replaceable = task.replacement_values()  # (L, V): what the leak check draws
         self.skip_from: int | None = None  # this evaluation stops at this chunk (a screen)
         # the first chunk of this evaluation as it was scored: (batch, logits, recorded), for
         # the scrambled-future recomputation at a decisive evaluation (leak_check)
         self.first_chunk: tuple[Batch, torch.Tensor, bool] | None = None
         self.leaked = False  # a decisive evaluation changed with the future scrambled
         self.leak_s = 0.0  # seconds of those recomputations (bench perf reads it)
-        self.analysis_s = 0.0  # seconds of analysis arithmetic (bench perf reads it)
-        self.influence_s = 0.0  # of which the influence maps
+        self.analysis_s = 0.0  # seconds of attention statistics (bench perf reads it)
         # not a registered submodule: the compiled wrapper shares the model's parameters
         object.__setattr__(self, "forward_fn",
                            torch.compile(self.model) if train.compile else self.model)
@@ -183,10 +158,8 @@ class EmergenceModule(L.LightningModule):
             self.analysis_s += time.perf_counter() - start
 
     def on_validation_epoch_end(self) -> None:
-        """Whether this evaluation covered the whole set (val/full), and, at every
-        `influence_every`-th evaluation, the influence and intervention maps of every mixer
-        (bench.training.influence) on the first `train.influence_size` held-out sequences and
-        the sampled rows, with their alignment with the ground truth."""
+        """Whether this evaluation covered the whole set (val/full), and at a whole one the
+        leak check. (The mixing-pattern maps are a measurement's: bench.measures.maps.)"""
         full = self.skip_from is None
         self.log("val/full", float(full), batch_size=1)
         if full and self.first_chunk is not None:  # a decisive evaluation: never leaked
@@ -194,44 +167,6 @@ class EmergenceModule(L.LightningModule):
             self.leaked = self.leaked or self.leak_check(*self.first_chunk)
             self.leak_s += time.perf_counter() - start
         self.first_chunk = None
-        n = self.train_config.influence_size
-        if not n:
-            return
-        if (self.global_step // self.train_config.eval_every) % self.influence_every:
-            # not measured here (NaN in the curves, not the last value Lightning still holds)
-            self.log_dict({f"val/{m}_{k}": math.nan for m in MAPS for k in ("mass", "auroc")},
-                          batch_size=1)
-            return
-        start = time.perf_counter()
-        rows = self.influence_rows
-        es = self.task.eval_set(self.device)
-        held = (~es.probe).nonzero().squeeze(1)[:n]
-        per_sequence = self.task.PER_SEQUENCE_PATTERN
-        with torch.inference_mode(False), torch.enable_grad():
-            tokens = es.tokens[held].clone()  # a normal tensor: evaluation runs in inference mode
-            batch = self.task.split(tokens)
-            maps = {"influence": influence_map(self.model, self.model.embed, batch.inputs,
-                                               batch.targets, self.scored[rows],
-                                               per_sequence=per_sequence)}
-        if self.replacements is None:  # fixed for the run: maps differ only by the model
-            self.replacements = replacement_plan(
-                batch.inputs, self.replaceable, int(self.scored[rows].max()) + 1,
-                seed=self.task.instance_seed)
-        maps["intervention"] = intervention_map(self.model, batch.inputs, self.scored[rows],
-                                                *self.replacements, per_sequence=per_sequence)
-        # a fixed pattern is compared with the mean map, a per-sequence one map by map
-        truth = self.task.patterns(tokens) if per_sequence else self.pattern
-        candidates = self.task.candidates(truth).index_select(-2, rows)
-        for name, found in maps.items():
-            mass, auroc = alignment(found, truth.index_select(-2, rows), self.scored[rows],
-                                    candidates)
-            if per_sequence:
-                found = found.mean(0)
-            getattr(self, f"{name}_maps")[self.global_step] = found.round(decimals=3).tolist()
-            self.log_dict({f"val/{name}_mass": mass, f"val/{name}_auroc": auroc},
-                          batch_size=len(held))
-        self.influence_s += time.perf_counter() - start
-        self.analysis_s += time.perf_counter() - start
 
     def leak_check(self, batch: Batch, logits: torch.Tensor, recorded: bool) -> bool:
         """Whether the scored logits of `batch` (the evaluation's first chunk, as scored:
@@ -259,14 +194,6 @@ class EmergenceModule(L.LightningModule):
             if not torch.equal(again[:, keep], logits[:, keep]):
                 return True
         return False
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        for name in MAPS:  # a resumed run keeps the earlier ones
-            checkpoint[f"{name}_maps"] = getattr(self, f"{name}_maps")
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        for name in MAPS:
-            setattr(self, f"{name}_maps", dict(checkpoint.get(f"{name}_maps", {})))
 
     def batch_pattern(self, batch: Batch) -> torch.Tensor:
         """The ground truth of `batch`'s sequences: (B, P, L) for a per-sequence pattern, else

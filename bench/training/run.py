@@ -12,9 +12,10 @@ import math
 import platform
 import time
 import warnings
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
@@ -26,13 +27,11 @@ from datamodules.base import SequenceTask
 from ..core.emergence import EmergenceTracker, reference_key
 from ..core.errors import ConfigError
 from ..core.files import write_atomic
-from ..core.record import Accuracy, MixingMaps, RunRecord
+from ..core.record import Accuracy, RunRecord
 from .callback import EmergenceCallback, progress_bars
 from .checkpoint import (
     AnalysisCheckpoint,
     ResumeCheckpoint,
-    analysis_path,
-    analysis_steps,
     remove_resume_checkpoint,
     resume_point,
 )
@@ -158,11 +157,30 @@ def _precision(value: Any) -> str:
     return str(_convert_precision_to_unified_args(value))
 
 
-def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:
-    """Train `cfg`, write `run_dir/result.json` (a `RunRecord`) and return its dict (None on
-    ranks other than 0).
-    A run directory holding this job's resume checkpoint continues from it (bench.training.
-    checkpoint); the checkpoint is removed once result.json is written.
+@runtime_checkable
+class RecordsFields(Protocol):
+    """A callback that measured something the run's record keeps (the mixing-pattern maps):
+    `record_fields` gives those fields when the run ends."""
+
+    def record_fields(self, tracker: EmergenceTracker) -> dict[str, Any]: ...
+
+
+class Fitted(NamedTuple):
+    record: RunRecord
+    task: SequenceTask
+    world_size: int
+
+
+Measures = Callable[[RunConfig, SequenceTask], list[Callback]]
+
+
+def fit(cfg: RunConfig, run_dir: Path | str, progress: bool = True,
+        measures: Measures | None = None) -> Fitted | None:
+    """Train `cfg` with the callbacks `measures(cfg, task)` attached, write `run_dir/result.json`
+    (a `RunRecord`) and return it with the task (None on ranks other than 0). A run directory
+    holding this job's resume checkpoint continues from it (bench.training.checkpoint); the
+    checkpoint is removed once result.json is written. A run with its measurements and
+    post-hoc analyses is `bench.measures.run.train`.
 
     The result is assembled where rank 0 trains, so every Lightning launcher works: in this
     process, in processes `ddp` starts by rerunning the command, or in `ddp_spawn` children.
@@ -191,7 +209,8 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
             warmed = warm_up(cfg, module, run_dir, trainer_options(cfg, progress))
     emergence = emergence_callback(cfg, task)
     recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
-    trainer = build_trainer(cfg, run_dir, [emergence, recorder], progress,
+    extra = measures(cfg, task) if measures else []
+    trainer = build_trainer(cfg, run_dir, [*extra, emergence, recorder], progress,
                             resume[1] if resume else None, emergence.tracker)
     if cfg.train.batch_size % trainer.world_size:
         raise ConfigError(f"train.batch_size: {cfg.train.batch_size} does not split over "
@@ -202,40 +221,10 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         return None
     remove_resume_checkpoint(run_dir)
     record = RunRecord.from_json(json.loads((run_dir / "result.json").read_text()))
-    record.pretrain = warmed
-    analyse_run(cfg, task, run_dir, record, trainer.world_size)
-    if record.checkpoints is not None or warmed is not None:
+    if warmed is not None:
+        record.pretrain = warmed
         write_json_atomic(run_dir / "result.json", record.to_json())
-    return record.to_json()
-
-
-def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, record: RunRecord,
-                world_size: int) -> None:
-    """The analyses a finished run's config asks for, added to `record` in place: the kept
-    checkpoints, the exact emergence step (a replay), attention patching and the circuit
-    screen; checkpoints kept only to replay from are removed after the replay."""
-    if keeps_analysis_checkpoints(cfg):
-        record.checkpoints = {s: analysis_path(run_dir, s).stat().st_size
-                              for s in analysis_steps(run_dir)}
-    if cfg.emergence.refine and record.emerged:
-        if world_size > 1:
-            record.refine = "skipped: a multi-device run (replay runs on one device)"
-        else:
-            from .refine import refine
-
-            done = refine(cfg, task, run_dir, record.steps_to_emergence,
-                          trainer_options(cfg, progress=False))
-            record.refined_step = done.pop("refined_step")
-            record.refine = done
-    if cfg.train.patch and record.emerged:
-        record.patch = patch_summary(run_dir)
-    if cfg.train.circuits:
-        record.circuits = circuits_summary(run_dir)
-    if cfg.emergence.refine and not cfg.train.keep_checkpoints:  # kept only to replay from
-        for s in analysis_steps(run_dir):
-            analysis_path(run_dir, s).unlink()
-        remove_resume_checkpoint(run_dir)
-        record.checkpoints = {}
+    return Fitted(record, task, trainer.world_size)
 
 
 class RunRecorder(Callback):
@@ -273,22 +262,28 @@ class RunRecorder(Callback):
         self.tracker.finish(self.cfg.train.max_steps)
         if trainer.is_global_zero:
             wall = time.perf_counter() - self._t0
+            measured = {}
+            for callback in trainer.callbacks:
+                if isinstance(callback, RecordsFields):
+                    measured.update(callback.record_fields(self.tracker))
             record = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall,
-                                   self.curves)
+                                   self.curves, measured)
             write_json_atomic(self.run_dir / "result.json", record.to_json())
 
 
 def summarise_run(
     cfg: RunConfig, task: SequenceTask, module: EmergenceModule, trainer: L.Trainer,
     tracker: EmergenceTracker, wall: float, curves: dict[str, list[float]],
+    measured: dict[str, Any] | None = None,
 ) -> RunRecord:
-    """The run's record: the contents of result.json."""
+    """The run's record: the contents of result.json; `measured`: the fields the run's
+    measurements gave (`RecordsFields`: the mixing-pattern maps)."""
+    measured = measured or {}
     steps = trainer.global_step
     emerged = tracker.status == "emerged"
     tokens_per_step = cfg.train.batch_size * task.n_tokens
     plateau_end, rise, width_note = tracker.transition()
     patterns = module.learned_patterns()
-    rows = module.scored[module.influence_rows].tolist()
     return RunRecord(
         job_id=cfg.job_id(),
         status=tracker.status,
@@ -306,10 +301,10 @@ def summarise_run(
         curve=tracker.history,
         curves=curves,
         learned_patterns=patterns,
-        influence=influence_summary(module.influence_maps, tracker, rows),
-        intervention=influence_summary(module.intervention_maps, tracker, rows),
+        influence=measured.get("influence"),
+        intervention=measured.get("intervention"),
         attention_target=task.attention_target().tolist()
-        if patterns or module.influence_maps else None,
+        if patterns or measured.get("influence") else None,
         wall_time_s=wall,
         steps_per_s=steps / wall if wall > 0 else None,
         tokens_per_s=steps * tokens_per_step / wall if wall > 0 else None,
@@ -325,51 +320,6 @@ def summarise_run(
         config=cfg.to_dict(),
         versions=versions(),
     )
-
-
-def patch_summary(run_dir: Path) -> dict[str, Any] | str:
-    """`bench patch` on the finished run with its default steps, as kept in result.json (or why
-    it could not run: a mixer without patchable attention)."""
-    from .patching import patch_run
-
-    try:
-        report = patch_run(run_dir)
-    except ConfigError as e:
-        return f"not patched: {e}"
-    return {k: report[k] for k in ("pre", "post", "greedy", "ground_truth", "on_plateau")}
-
-
-def circuits_summary(run_dir: Path) -> dict[str, Any] | str:
-    """`bench circuits` on the finished run with the default thresholds, as kept in
-    result.json (or why it could not run). Each checkpoint keeps its heads' selectivity ratios
-    (4 significant digits), so a view other than the assigned classes (`sink_course`) can be
-    read from the results database after the run directory is gone."""
-    from .circuits import SUMMARY_KEYS, screen_run
-
-    try:
-        report = screen_run(run_dir)
-    except ConfigError as e:
-        return f"not screened: {e}"
-    steps = [{"step": s["step"], "classes": s["classes"], "loss": s["loss"],
-              "ratios": [[[float(f"{r:.4g}") for r in head] for head in layer]
-                         for layer in s["ratios"]]}
-             for s in report["steps"]]
-    return {"steps": steps, **{k: report[k] for k in SUMMARY_KEYS}}
-
-
-def influence_summary(maps: dict[int, list[list[float]]], tracker: EmergenceTracker,
-                      rows: list[int]) -> MixingMaps | None:
-    """The influence maps (measured rows x input positions) kept in result.json: the first,
-    the two bracketing emergence (the last before it and the first at or after it), and the
-    last; `rows` are the input positions the maps' rows score."""
-    if not maps:
-        return None
-    steps = sorted(maps)
-    keep = {steps[0], steps[-1]}
-    if tracker.status == "emerged":
-        keep |= {max((s for s in steps if s < tracker.step), default=steps[0]),
-                 min((s for s in steps if s >= tracker.step), default=steps[-1])}
-    return MixingMaps(sorted(keep), [maps[s] for s in sorted(keep)], rows)
 
 
 def accuracy_summary(curves: dict[str, list[float]]) -> Accuracy:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-LAYERS = ["core", "training", "sweeps", "analysis", "tools"]  # lowest first; cli.py on top
+LAYERS = ["core", "training", "measures", "sweeps", "analysis", "tools"]  # lowest first; cli on top
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 

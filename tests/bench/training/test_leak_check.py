@@ -12,8 +12,8 @@ from torch import nn
 
 import architectures
 from architectures.plugins import check_mixer, config_for_module
+from bench.measures.run import train
 from bench.training.config import load_run_config
-from bench.training.run import train
 
 BASE = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=16",
         "train.eval_every=10", "train.max_steps=30", "train.eval_size=64",

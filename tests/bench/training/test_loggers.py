@@ -6,8 +6,8 @@ import importlib.util
 import pytest
 
 from bench.core.errors import ConfigError
+from bench.measures.run import train
 from bench.training.config import load_run_config
-from bench.training.run import train
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",
        "arch.d_model=16", "train.eval_every=10", "train.eval_size=64", "train.probe_size=32",

@@ -126,13 +126,14 @@ def test_a_killed_warmed_run_resumes_without_warming_up_again(tmp_path, monkeypa
     import sys
     import time
 
+    from bench.measures.run import train
     from bench.training import run as run_module
     from bench.training.checkpoint import resume_path
 
     overrides = [*TARGET, *WARM, "arch.name=mlp_mixer", "pretrain.task.length=12",
                  "train.max_steps=150", "train.checkpoint_every=50", "emergence.stop_early=false",
                  "trainer.log_every_n_steps=1"]
-    whole = run_module.train(load_run_config(overrides), tmp_path / "whole", progress=False)
+    whole = train(load_run_config(overrides), tmp_path / "whole", progress=False)
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "bench", "run", *overrides, "--out",
                              str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -148,7 +149,7 @@ def test_a_killed_warmed_run_resumes_without_warming_up_again(tmp_path, monkeypa
         raise AssertionError("warmed up again")
 
     monkeypatch.setattr(run_module, "warm_up", no_second_warm_up)
-    resumed = run_module.train(load_run_config(overrides), killed, progress=False)
+    resumed = train(load_run_config(overrides), killed, progress=False)
     timings = {"wall_time_s", "steps_per_s", "tokens_per_s", "wall_time_to_emergence_s",
                "pretrain"}
     assert {k: v for k, v in resumed.items() if k not in timings} == \

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from bench.core.errors import ConfigError
+from bench.measures.run import train
 from bench.sweeps.executors import execute
 from bench.sweeps.results import ResultsDB
 from bench.training.checkpoint import resume_path
 from bench.training.config import load_run_config
-from bench.training.run import train
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",
        "arch.d_model=16", "train.eval_every=25", "train.eval_size=128", "train.probe_size=64",

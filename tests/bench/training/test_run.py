@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
+from bench.measures.run import train
 from bench.training.config import load_run_config
-from bench.training.run import train
 
 TINY = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",
         "train.eval_every=25", "train.eval_size=256", "train.warmup_steps=20"]

@@ -7,8 +7,8 @@ import math
 import torch
 
 from bench.core.emergence import SCREEN_MARGIN, EmergenceCriterion, EmergenceTracker
+from bench.measures.run import train
 from bench.training.config import load_run_config
-from bench.training.run import train
 from datamodules import TASKS, build_task
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",

@@ -9,10 +9,11 @@ import torch
 
 from bench.core.emergence import EmergenceCriterion, EmergenceTracker
 from bench.core.rows import survival_sample
+from bench.measures.refine import refine
+from bench.measures.run import train
 from bench.training.checkpoint import AnalysisCheckpoint, analysis_path, analysis_steps
 from bench.training.config import build_run_task, load_run_config
-from bench.training.refine import refine
-from bench.training.run import train, trainer_options
+from bench.training.run import trainer_options
 from tests.records import record
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",

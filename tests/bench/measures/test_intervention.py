@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from architectures import ARCHITECTURES, Backbone
-from bench.training.influence import (
+from bench.measures.influence import (
     alignment,
     influence_map,
     intervention_map,
@@ -126,7 +126,7 @@ def test_replacements_are_other_values_the_position_takes_fixed_by_the_seed():
 
 
 def test_chunked_copies_give_the_same_map(monkeypatch):
-    from bench.training import influence
+    from bench.measures import influence
 
     torch.manual_seed(0)
     model = Copy(5, 2)

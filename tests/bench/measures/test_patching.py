@@ -10,10 +10,10 @@ import shutil
 import pytest
 
 from architectures import ContractError, check_mixer
+from bench.measures.patching import Patcher
+from bench.measures.run import train
 from bench.training.checkpoint import analysis_path, analysis_steps
 from bench.training.config import load_run_config
-from bench.training.patching import Patcher
-from bench.training.run import train
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",
        "arch.n_layers=1", "train.eval_every=20", "train.eval_size=128", "train.batch_size=32",

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from bench.measures.influence import alignment, cadence, influence_map, row_sample
+from bench.measures.run import train
 from bench.training.config import load_run_config
-from bench.training.influence import alignment, cadence, influence_map, row_sample
-from bench.training.run import train
 from datamodules.states import state_candidates
 
 
@@ -151,7 +151,7 @@ def test_sampled_rows_are_the_full_maps_rows_at_the_automatic_cadence(tmp_path):
 
 
 def test_chunking_over_sequences_and_positions_changes_nothing(monkeypatch):
-    from bench.training import influence
+    from bench.measures import influence
 
     torch.manual_seed(0)
     model = Shift(vocab=5, d=8, k=3)

@@ -10,8 +10,8 @@ from torch import nn
 
 from architectures import PatchesAttention
 from bench.core.heads import CLASSES, THRESHOLDS, sink_course
+from bench.measures.circuits import Screen, class_keys, classify, parse_thresholds
 from bench.training.checkpoint import analysis_path, analysis_steps
-from bench.training.circuits import Screen, class_keys, classify, parse_thresholds
 from datamodules import build_task
 from datamodules.config import InductionConfig
 
@@ -99,8 +99,8 @@ def test_the_one_class_rule_files_a_parking_induction_head_under_induction():
 
 @pytest.fixture(scope="module")
 def induction_run(tmp_path_factory):
+    from bench.measures.run import train
     from bench.training.config import load_run_config
-    from bench.training.run import train
 
     out = tmp_path_factory.mktemp("circuits") / "run"
     cfg = load_run_config(["task.name=induction", "task.vocab_size=8", "task.length=21",
@@ -115,7 +115,7 @@ def induction_run(tmp_path_factory):
 
 
 def test_a_run_with_train_circuits_keeps_the_summary(induction_run):
-    from bench.training.circuits import SUMMARY_KEYS
+    from bench.measures.circuits import SUMMARY_KEYS
 
     result = json.loads((induction_run / "result.json").read_text())
     summary = result["circuits"]
@@ -138,8 +138,8 @@ def test_a_run_with_train_circuits_keeps_the_summary(induction_run):
 
 def test_train_circuits_needs_checkpoints_and_notes_other_tasks(tmp_path):
     from bench.core.errors import ConfigError
+    from bench.measures.run import circuits_summary
     from bench.training.config import load_run_config
-    from bench.training.run import circuits_summary
 
     with pytest.raises(ConfigError, match="circuits: needs keep_checkpoints=true"):
         load_run_config(["train.circuits=true"])

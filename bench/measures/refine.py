@@ -22,9 +22,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from ..core.emergence import EmergenceCriterion
-from .checkpoint import analysis_path, analysis_steps
-from .config import RunConfig
-from .lightning_module import EmergenceModule
+from ..training.checkpoint import analysis_path, analysis_steps
+from ..training.config import RunConfig
+from ..training.lightning_module import EmergenceModule
 
 
 class StepCurve(Callback):
