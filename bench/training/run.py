@@ -40,6 +40,7 @@ from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
 from .pretrain import check_pretrain, pretrain_task, read_record, warm_up
+from .trainer import check_precision
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
             "fla-core", "triton", "mamba-ssm")
@@ -139,22 +140,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
         )
     except Exception as e:  # Lightning rejects e.g. an accelerator this machine lacks
         raise ConfigError(f"trainer: {str(e).splitlines()[0]}") from None
-    asked = options.get("precision")
-    if asked is not None and _precision(asked) != trainer.precision:
-        # Lightning swaps 16-mixed for bf16-mixed on a CPU with a warning; the config and job
-        # id would name a precision the run did not train in
-        raise ConfigError(f"trainer.precision: {asked} is not available on this machine's "
-                          f"{type(trainer.accelerator).__name__} (Lightning would train in "
-                          f"{trainer.precision}); set trainer.precision={trainer.precision} "
-                          "or run where it is supported")
+    check_precision(trainer, options.get("precision"))
     return trainer
-
-
-def _precision(value: Any) -> str:
-    """Lightning's unified name of a precision setting (16 -> 16-mixed, bf16 -> bf16-mixed)."""
-    from lightning.fabric.connector import _convert_precision_to_unified_args
-
-    return str(_convert_precision_to_unified_args(value))
 
 
 @runtime_checkable
