@@ -202,18 +202,18 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     `task.state_size`, `arch.n_heads`, `train.lr`, ..."""
     import pandas as pd
 
-    from .analysis.labels import record_defaults, row_labels
+    from .analysis.labels import row_labels
     from .core.rows import group_key
     from .sweeps.results import read_results
 
     spec, results = read_results(Path(directory))
-    record_defaults(spec.get("arch_defaults", {}))
+    recorded = spec.get("arch_defaults", {})
     tune = spec.get("tune") or {}
     tuning = set(seed_list(tune["seeds"], "tune.seeds", TUNE_SEED_START)) if tune else set()
     rows = []
     for r in results:
         config = r.config
-        task, arch = row_labels(config)
+        task, arch = row_labels(config, recorded)
         rows.append({
             "job_id": r.job_id, "row": group_key(config), "task": task, "arch": arch,
             "seed": r.seed, "tuning": r.seed in tuning, "status": r.status,

@@ -23,7 +23,7 @@ from ..sweeps.results import FINISHED, ResultsDB, read_results
 from ..sweeps.spec import DuplicateRows, SweepSpec, expand, load_spec, tuning_jobs
 from ..sweeps.sweep import run_sweep
 from ..training.sections import parse_overrides
-from .labels import lacking, record_defaults, row_labels
+from .labels import Recorded, lacking, row_labels
 from .leaderboard import write_leaderboard
 from .reproduce import committed_dir
 
@@ -68,13 +68,14 @@ def check_committed(db_path: Path, tuning: list, jobs: list) -> None:
                           "with bench sweep first")
 
 
-def size_notes(results: list[RunRecord], new_rows: set[str]) -> list[str]:
+def size_notes(results: list[RunRecord], new_rows: set[str],
+               recorded: Recorded | None = None) -> list[str]:
     """One line per new row whose parameters are more than 20% off the baselines' median on
     the same task."""
     baselines: dict[str, list[int]] = {}
     new: list[tuple[str, str, int]] = []
     for key, runs in by_row(results).items():
-        task, arch = row_labels(runs[0].config)
+        task, arch = row_labels(runs[0].config, recorded)
         if key in new_rows:
             new.append((task, arch, runs[0].n_params))
         else:
@@ -195,15 +196,16 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
         src.close()
     run_sweep(plan.spec, out, executor, workers, options, progress)
     spec_dict, results = read_results(out)
-    record_defaults(spec_dict.get("arch_defaults", {}))
+    recorded = spec_dict.get("arch_defaults", {})
     rows = write_leaderboard(out, spec_dict["name"], results, spec_dict)
     new_rows = {key for key, runs in by_row(results).items()
                 if _key(runs[0].config["arch"]) in plan.new_archs}
     committed = [r for r, _ in best_lr(summarise(
-        [r for r in reported(results, spec_dict) if group_key(r.config) not in new_rows]))]
+        [r for r in reported(results, spec_dict) if group_key(r.config) not in new_rows],
+        recorded))]
     tests = spec_dict.get("tests") or []
-    notes = [*size_notes(results, new_rows), *machine_notes(results, new_rows), *plan.notes,
-             *holm_notes(run_tests(tests, committed), run_tests(tests, rows))]
+    notes = [*size_notes(results, new_rows, recorded), *machine_notes(results, new_rows),
+             *plan.notes, *holm_notes(run_tests(tests, committed), run_tests(tests, rows))]
     table = (out / "leaderboard.md").read_text()
     (out / "compare.md").write_text("\n".join([*notes, "", table] if notes else [table]))
     return out, notes

@@ -3,6 +3,7 @@ and the values a row takes on a swept axis. Shared by the table, its tests and i
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from datamodules import TASKS
@@ -10,14 +11,10 @@ from datamodules import TASKS
 from ..core.schema import field_defaults
 from ..sweeps.axes import AxisError, axis_value, derived_axis
 
-RECORDED: dict[str, dict[str, Any]] = {}
+Recorded = dict[str, dict[str, Any]]
 """Architecture defaults as the sweep that made a database recorded them (its `arch_defaults`
-meta), so labels read from a database need no torch and show what differed from the defaults
-the runs had, even for a plug-in not importable here."""
-
-
-def record_defaults(defaults: dict[str, dict[str, Any]]) -> None:
-    RECORDED.update(defaults)
+meta, by architecture name): labels read from a database with them need no torch and show
+what differed from the defaults the runs had, even for a plug-in not importable here."""
 
 
 def label(section: dict[str, Any], defaults: dict[str, Any] | None,
@@ -38,23 +35,29 @@ def task_label(task: dict[str, Any]) -> str:
     return label(task, field_defaults(schema), schema.SHOWN)
 
 
-def arch_defaults(name: str) -> dict[str, Any] | None:
+def arch_defaults(name: str, recorded: Recorded | None = None) -> dict[str, Any] | None:
     """The recorded defaults of an architecture, else its config class's (this imports the
     architectures, and torch); None for a plug-in that is not importable here."""
-    if name not in RECORDED:
-        from architectures import ContractError, resolve
-
-        try:
-            RECORDED[name] = field_defaults(resolve(name))
-        except ContractError:
-            return None
-    return RECORDED[name]
+    if recorded and name in recorded:
+        return recorded[name]
+    return _class_defaults(name)
 
 
-def row_labels(config: dict[str, Any]) -> tuple[str, str]:
-    """(task, architecture) as the leaderboard shows them; a warm-up is part of the
+@functools.cache
+def _class_defaults(name: str) -> dict[str, Any] | None:
+    from architectures import ContractError, resolve
+
+    try:
+        return field_defaults(resolve(name))
+    except ContractError:
+        return None
+
+
+def row_labels(config: dict[str, Any], recorded: Recorded | None = None) -> tuple[str, str]:
+    """(task, architecture) as the leaderboard shows them, the architecture's fields against
+    the `recorded` defaults of the database the run came from; a warm-up is part of the
     architecture's history, shown after it."""
-    arch = label(config["arch"], arch_defaults(config["arch"]["name"]))
+    arch = label(config["arch"], arch_defaults(config["arch"]["name"], recorded))
     return task_label(config["task"]), arch + warmup_label(config.get("pretrain"))
 
 
@@ -67,8 +70,10 @@ def warmup_label(pretrain: dict[str, Any] | None) -> str:
 
 
 # --- axes: a row's value on a swept factor ------------------------------------------------------
-def series(config: dict[str, Any], axes: list[str]) -> str:
-    """The row's label with the given fields taken out: rows that differ only on the axes."""
+def series(config: dict[str, Any], axes: list[str],
+           defaults: dict[str, Any] | None = None) -> str:
+    """The row's label with the given fields taken out: rows that differ only on the axes;
+    `defaults`: its architecture's (else read off its config class)."""
     trimmed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for axis in axes:
         section, _, name = axis.partition(".")
@@ -76,7 +81,8 @@ def series(config: dict[str, Any], axes: list[str]) -> str:
     task, arch = trimmed["task"], trimmed["arch"]
     labels = [task_label(task) if "name" in task else
               label({**task, "name": "task"}, None),
-              label(arch, arch_defaults(arch["name"])) if "name" in arch else
+              label(arch, defaults if defaults is not None else arch_defaults(arch["name"]))
+              if "name" in arch else
               label({**arch, "name": "arch"}, None)]
     if not any(a.startswith("pretrain.") for a in axes):  # warm-ups differ between series
         labels[-1] += warmup_label(config.get("pretrain"))
@@ -129,5 +135,6 @@ def factor_groups(rows: list[dict[str, Any]], axes: list[str]):
     for row in rows:
         config = row["job_config"]
         values = tuple(axis_value(config, a) for a in axes)
-        groups.setdefault(series(config, trim), []).append((values, row))
+        groups.setdefault(series(config, trim, row.get("arch_defaults")), []).append(
+            (values, row))
     return groups

@@ -28,7 +28,7 @@ from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .columns import CONVENTIONS, CSV_FIELDS, computed, table_columns
-from .labels import record_defaults, row_labels
+from .labels import Recorded, arch_defaults, row_labels
 from .mechanism import influence_figure, mechanism_markdown
 from .warmups import warmup_markdown
 
@@ -51,13 +51,15 @@ def reported(results: list[RunRecord], spec: dict[str, Any] | None) -> list[RunR
     return [r for r in results if r.seed not in tuning]
 
 
-def summarise(results: list[RunRecord]) -> list[tuple[dict[str, Any], SurvivalSummary]]:
+def summarise(results: list[RunRecord], recorded: Recorded | None = None
+              ) -> list[tuple[dict[str, Any], SurvivalSummary]]:
     """One (row, KM summary) per configuration and learning rate, ranked: the columns'
-    fields (bench.analysis.columns) and what the tables and figures read beside them."""
+    fields (bench.analysis.columns) and what the tables and figures read beside them; labels
+    against the `recorded` architecture defaults of the runs' database."""
     rows = []
     for key, runs in by_row(results).items():
         config = runs[0].config
-        task, arch = row_labels(config)
+        task, arch = row_labels(config, recorded)
         km = kaplan_meier(*survival_sample(runs))
         rows.append(({
             "task": task, "architecture": arch, **computed(runs, km), "config": key,
@@ -65,6 +67,7 @@ def summarise(results: list[RunRecord]) -> list[tuple[dict[str, Any], SurvivalSu
             "family": group_key(config, ("seed", "lr")),
             "budget": max(r.budget_steps for r in runs),
             "job_config": config,
+            "arch_defaults": arch_defaults(config["arch"]["name"], recorded),
             "runs": runs,
         }, km))
     # ranked: within a task, higher solve rate first, then lower median steps
@@ -226,13 +229,13 @@ def write_leaderboard(out: Path, title: str, results: list[RunRecord | dict[str,
     from . import plots
 
     results, spec = as_records(results), spec or {}
-    record_defaults(spec.get("arch_defaults") or {})
+    recorded = spec.get("arch_defaults") or {}
     tuning = tune_seeds(spec)
     shown = reported(results, spec)
     if not shown:  # a sweep still tuning, or whose reported jobs all failed
         raise ConfigError(f"{out}: no reported run has finished yet ({len(results)} tuning "
                           f"run(s) have); `bench status {out}` shows where the sweep stands")
-    every_lr = summarise(shown)
+    every_lr = summarise(shown, recorded)
     summaries = best_lr(every_lr)
     rows = [row for row, _ in summaries]
     tests = tests_markdown(run_tests(spec.get("tests") or [], rows))
@@ -248,7 +251,7 @@ def write_leaderboard(out: Path, title: str, results: list[RunRecord | dict[str,
                        ("influence", influence_figure), ("circuits", circuits_figure)):
         if draw(out / f"{name}.png", rows):
             figures.append(name)
-    tuning_rows = [r for r, _ in summarise([r for r in results if r.seed in tuning])]
+    tuning_rows = [r for r, _ in summarise([r for r in results if r.seed in tuning], recorded)]
     (out / "leaderboard.md").write_text(to_markdown(
         title, rows, [r for r, _ in every_lr], spec, tests, tuple(figures), tuning_rows))
     if tuning:

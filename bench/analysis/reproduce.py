@@ -41,7 +41,7 @@ from ..sweeps.results import ResultsDB, read_results
 from ..sweeps.spec import SweepSpec, load_spec, row_filter
 from ..sweeps.sweep import run_sweep
 from .columns import steps_text
-from .labels import row_labels
+from .labels import Recorded, row_labels
 from .leaderboard import write_leaderboard
 
 
@@ -69,14 +69,14 @@ def _median(runs: list[RunRecord]) -> str:
     return steps_text(kaplan_meier(*survival_sample(runs)).median)
 
 
-def compare(committed: list[RunRecord], fresh: list[RunRecord],
-            alpha: float) -> list[dict[str, Any]]:
+def compare(committed: list[RunRecord], fresh: list[RunRecord], alpha: float,
+            recorded: Recorded | None = None) -> list[dict[str, Any]]:
     """One verdict per row of `fresh`, tested against the committed runs of the same row."""
     reference = by_row(committed)
     rows = []
     for key, runs in by_row(fresh).items():
         ref = reference.get(key, [])
-        task, arch = row_labels(runs[0].config)
+        task, arch = row_labels(runs[0].config, recorded)
         row = {"config": key, "task": task, "architecture": arch,
                "committed_solved": f"{sum(r.emerged for r in ref)}/{len(ref)}",
                "new_solved": f"{sum(r.emerged for r in runs)}/{len(runs)}",
@@ -158,7 +158,7 @@ def reproduce(spec_path: Path, out: Path | None, seeds: int | None, seed_start: 
     run_sweep(spec, out, executor, workers, options, progress, keep=keep)
     spec_dict, fresh = read_results(out)  # the jobs just listed: the kept rows and seeds
     write_leaderboard(out, spec.name, fresh, spec_dict)
-    table = compare(committed, fresh, alpha)
+    table = compare(committed, fresh, alpha, spec_dict.get("arch_defaults"))
     (out / "reproduce.md").write_text(to_markdown(spec.name, table, alpha, out))
     (out / "reproduce.json").write_text(json.dumps({"spec": str(spec_path), "alpha": alpha,
                                                     "rows": table}, indent=2) + "\n")

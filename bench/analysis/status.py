@@ -11,7 +11,7 @@ from typing import Any
 from ..core import markdown
 from ..core.rows import group_key
 from ..sweeps.results import FINISHED, ResultsDB, SweepLock
-from .labels import record_defaults, row_labels
+from .labels import row_labels
 
 
 def _duration(seconds: float) -> str:
@@ -53,7 +53,7 @@ def sweep_status(out: Path) -> dict[str, Any]:
         rows, counts = db.rows(), db.counts()
         name, workers = db.meta("name", out.name), db.meta("workers", 1)
         started = db.meta("started_at")
-        record_defaults(db.meta("arch_defaults", {}))
+        recorded = db.meta("arch_defaults", {})
     finally:
         db.close()
     live = SweepLock.held(out)
@@ -61,7 +61,7 @@ def sweep_status(out: Path) -> dict[str, Any]:
     done = sum(counts[s] for s in FINISHED)
     remaining = counts["pending"] + counts["running"] + counts["failed"]
     configs = [json.loads(r["config"]) for r in rows]
-    labels = [row_labels(config) for config in configs]  # (task, architecture) per row
+    labels = [row_labels(config, recorded) for config in configs]  # (task, architecture) per row
     eta = estimate_remaining(rows, labels, workers, now) if remaining else None
     last = max((r["finished_at"] for r in rows if r["finished_at"]), default=started)
     elapsed = ((now if live else last) - started) if started else None
