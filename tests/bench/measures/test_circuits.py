@@ -143,8 +143,10 @@ def test_train_circuits_needs_checkpoints_and_notes_other_tasks(tmp_path):
 
     with pytest.raises(ConfigError, match="circuits: needs keep_checkpoints=true"):
         load_run_config(["train.circuits=true"])
-    (tmp_path / "result.json").write_text(json.dumps(
-        {"config": load_run_config(["task.state_size=8"]).to_dict()}))
+    from tests.records import record
+
+    run = record(config=load_run_config(["task.state_size=8"]).to_dict())
+    (tmp_path / "result.json").write_text(json.dumps(run.to_json()))
     assert circuits_summary(tmp_path).startswith("not screened: RUN_DIR: the head screen needs")
 
 
