@@ -13,6 +13,7 @@ from bench.core.errors import ConfigError
 from bench.sweeps.results import SweepLock
 from bench.sweeps.spec import expand, load_spec
 from bench.training.config import load_run_config
+from tests.records import record, records
 
 
 def test_grids_expand_to_the_cartesian_product_in_a_fixed_order(spec_file):
@@ -51,7 +52,7 @@ def test_each_architecture_is_reported_at_its_best_learning_rate():
     results = ([_result(0.01, s, st) for s, st in enumerate([None, None, 40])]  # median never
                + [_result(0.003, s, st) for s, st in enumerate([50, 60, 70])]  # median 60
                + [_result(0.001, s, st) for s, st in enumerate([60, 80, 90])])  # median 80
-    every = summarise(results)
+    every = summarise(records(results))
     assert len(every) == 3
     [(row, km)] = best_lr(every)
     assert row["lr"] == 0.003 and row["median_steps"] == 60 and row["lr_grid"] == "0.001 0.003 0.01"
@@ -156,7 +157,7 @@ def test_null_rows_come_from_the_runs_recorded_references():
         for seed in seeds:
             cfg = load_run_config({"task": task, "seed": seed,
                                    "emergence": {"threshold": 0.9}})
-            runs.append({"references": build_run_task(cfg).references()})
+            runs.append(record(references=build_run_task(cfg).references()))
         return {"task": task["name"], "architecture": "x", "job_config": {"task": task},
                 "runs": runs}
 
@@ -209,7 +210,7 @@ def test_a_sweep_still_tuning_has_no_table_yet_and_says_so(tmp_path):
     from bench.core.errors import ConfigError
 
     spec = {"tune": {"lr": [1e-3, 3e-3], "seeds": 2}}
-    tuning = [{"config": {"seed": 1000}}, {"config": {"seed": 1001}}]
+    tuning = [record(config={"seed": 1000}), record(config={"seed": 1001})]
     assert reported(tuning, spec) == [] and reported(tuning, {}) == tuning
     with pytest.raises(ConfigError, match=r"no reported run has finished yet \(2 tuning"):
         write_leaderboard(tmp_path, "x", tuning, spec)
