@@ -20,7 +20,6 @@ Importing this module is cheap: torch, Lightning and pandas load when a function
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,11 +194,12 @@ def default_workers(executor: str) -> int:
 
 def load_results(directory: str | Path) -> pd.DataFrame:
     """Every finished run of a sweep directory's results database as a pandas DataFrame, one row
-    per run: job_id, status, seed, tuning (a learning-rate tuning run the table does not report),
-    steps_to_emergence (NaN if censored; at an evaluation), refined_step (the exact step where
-    emergence.refine replayed it, else NaN), budget_steps, the accuracy summary, n_params,
-    steps_per_s, the leaderboard's `task` and `arch` labels, and every config field flattened as
-    `task.state_size`, `arch.n_heads`, `train.lr`, ..."""
+    per run: the leaderboard's `row` hash and `task` and `arch` labels, seed, tuning (a
+    learning-rate tuning run the table does not report), every scalar field of the run record
+    (`bench.core.record.RunRecord.scalars`: status, steps_to_emergence (NaN if censored; at an
+    evaluation), refined_step (the exact step where emergence.refine replayed it, else NaN),
+    budget_steps, the accuracy summary, n_params, steps_per_s, ...), and every config field
+    flattened as `task.state_size`, `arch.n_heads`, `train.lr`, ..."""
     import pandas as pd
 
     from .analysis.labels import row_labels
@@ -216,13 +216,7 @@ def load_results(directory: str | Path) -> pd.DataFrame:
         task, arch = row_labels(config, recorded)
         rows.append({
             "job_id": r.job_id, "row": group_key(config), "task": task, "arch": arch,
-            "seed": r.seed, "tuning": r.seed in tuning, "status": r.status,
-            "steps_to_emergence": r.steps_to_emergence, "refined_step": r.refined_step,
-            "steps": r.steps, "budget_steps": r.budget_steps,
-            "tokens_to_emergence": r.tokens_to_emergence,
-            "transition_width": r.transition_width, **dataclasses.asdict(r.accuracy),
-            "n_params": r.n_params, "steps_per_s": r.steps_per_s,
-            "wall_time_s": r.wall_time_s, "kernel_path": r.kernel_path,
+            "seed": r.seed, "tuning": r.seed in tuning, **r.scalars(),
             **pd.json_normalize({k: v for k, v in config.items() if k != "seed"}, sep=".")
             .iloc[0].to_dict(),
         })

@@ -160,6 +160,18 @@ class RunRecord:
             out[f.name] = value
         return out
 
+    def scalars(self) -> dict[str, Any]:
+        """Every field that is one number or string, in order, the accuracy summary's flattened
+        into it (what a table of runs holds: `bench.api.load_results`)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Accuracy):
+                out.update(dataclasses.asdict(value))
+            elif not any(kind in str(f.type) for kind in ("dict", "list", "Maps", "Any")):
+                out[f.name] = value  # a number or a string (or None) by its declared type
+        return out
+
     # --- asked of the record ---------------------------------------------------------------
     @property
     def seed(self) -> int:
