@@ -48,7 +48,7 @@ class Column:
     """the table cell of a row (default: the value as text)"""
     null: Callable[[Row], str] | None = None
     """the cell in a null row (chance, no context, Bayes-optimal); default '-'"""
-    table_rank: int = 0
+    table_rank: float = 0
     """the column's place in the table (the CSV keeps the list's order)"""
     convention: str = ""
     """the sentence(s) under the table that say how to read it"""
@@ -156,7 +156,11 @@ COLUMNS: list[Column] = [
            cell=lambda r: f"{r['lr']:g}" + (f" (of {r['lr_grid']})" if r["lr_grid"] else "")),
     Column("lr_grid"),
 ]
-CSV_FIELDS = [c.name for c in COLUMNS]
+
+
+def csv_fields() -> list[str]:
+    """The CSV's header: every column's field, in the list's order."""
+    return [c.name for c in COLUMNS]
 
 
 def table_columns(lr_column: bool) -> list[Column]:

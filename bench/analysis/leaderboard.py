@@ -27,7 +27,7 @@ from ..sweeps.axes import AxisError, axis_value
 from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
-from .columns import CONVENTIONS, CSV_FIELDS, computed, table_columns
+from .columns import CONVENTIONS, computed, csv_fields, table_columns
 from .labels import Recorded, arch_defaults, row_labels
 from .mechanism import influence_figure, mechanism_markdown
 from .warmups import warmup_markdown
@@ -216,7 +216,7 @@ def slope_markdown(rows: list[dict[str, Any]], axis: str) -> list[str]:
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=csv_fields(), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
 
