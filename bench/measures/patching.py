@@ -52,7 +52,7 @@ class Patcher:
 
     def __init__(self, run_dir: Path, pre: int, post: int, config: dict[str, Any] | None = None):
         if config is None:
-            config = finished_run(run_dir)["config"]
+            config = finished_run(run_dir).config
         self.run_dir = run_dir
         self.cfg = load_run_config(config)
         self.task = build_run_task(self.cfg)
