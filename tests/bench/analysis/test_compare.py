@@ -109,7 +109,8 @@ def test_a_real_compare_against_the_committed_quickstart_board(cli, tmp_path):
     committed = finished_at(spec.with_suffix("") / "results.sqlite")
     out = tmp_path / "cmp"
     code, captured = cli("compare", "arch.name=mlp_mixer", "arch.d_model=32", "arch.n_layers=1",
-                         "--against", str(spec), "--out", str(out), "--no-progress")
+                         "--against", str(spec), "--out", str(out), "--no-progress",
+                         "--executor", "processes", "--workers", "2")
     assert code == 0, captured.err
     after = finished_at(out / "results.sqlite")
     assert {k: after[k] for k in committed} == committed
