@@ -37,7 +37,8 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     out = out.absolute()
     kept = (lambda jobs: jobs) if keep is None else (lambda jobs: [j for j in jobs if keep(j)])
     tuning = kept(tuning_jobs(spec))
-    jobs = kept(expand(spec))  # validated before anything is written (rates still unknown)
+    every = expand(spec)  # validated before anything is written (rates still unknown)
+    jobs = kept(every)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
     _print_checkpoint_cost([*tuning, *jobs], out)
@@ -45,7 +46,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     meta = {"name": spec.name, "executor": executor, "workers": workers,
             "spec": OmegaConf.to_container(OmegaConf.structured(spec)),
             "arch_defaults": {job.arch.name: field_defaults(type(job.arch))
-                              for job in [*tuning, *jobs]}}
+                              for job in [*tuning, *every]}}
     with SweepLock(out):
         if tuning:  # first the tuning seeds; their results choose each row's rate
             _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)")
@@ -61,8 +62,12 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
             if missing:  # a row whose every tuning job failed has no rate to report at
                 return _counts(out)
             jobs = at_rates(jobs, rates)  # the kept rows only: others were not tuned
-        return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
-                         spec.name)
+            return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
+                             spec.name)
+        # untuned: every row is listed (status and the table show the whole spec), the kept
+        # rows run (a tuned spec lists the kept rows only: the others' rates are not known yet)
+        run = None if keep is None else {j.job_id() for j in jobs}
+        return _run_jobs(every, out, runner, workers, options, progress, meta, spec.name, run)
 
 
 def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:
@@ -86,18 +91,25 @@ def _counts(out: Path) -> dict[str, int]:
 
 
 def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: dict[str, Any],
-              progress: bool, meta: dict[str, Any], title: str) -> dict[str, int]:
-    """List `jobs` as the sweep's jobs and run the unfinished ones; return counts per status."""
+              progress: bool, meta: dict[str, Any], title: str,
+              run: set[str] | None = None) -> dict[str, int]:
+    """List `jobs` as the sweep's jobs and run the unfinished ones (those whose ids are in
+    `run`, if given); return counts per status."""
     db = ResultsDB(out / ResultsDB.FILENAME, create=True)
     try:
         history = seed_history(db, meta["spec"])
         db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs),
                        "seed_history": history})
         db.requeue_interrupted()
-        todo = [json.loads(r["config"]) for r in db.rows("in_spec = 1 AND status = 'pending'")]
+        pending = db.rows("in_spec = 1 AND status = 'pending'")
+        todo = [json.loads(r["config"]) for r in pending if run is None or r["id"] in run]
         counts = db.counts()
         done = sum(counts[s] for s in FINISHED)
-        bar = tqdm(total=len(jobs), initial=done, desc=title, unit="job",
+        if run is not None:  # the kept rows' progress
+            done = sum(1 for r in db.rows("in_spec = 1") if r["id"] in run
+                       and r["status"] in FINISHED)
+        bar = tqdm(total=len(jobs) if run is None else len(run), initial=done, desc=title,
+                   unit="job",
                    disable=not progress, dynamic_ncols=True)
         emerged, failed = counts["emerged"], 0
         bar.set_postfix(emerged=emerged, failed=failed)
