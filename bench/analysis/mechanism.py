@@ -168,9 +168,9 @@ def patch_summary(row: dict[str, Any]) -> dict[str, Any] | None:
         return max(t["acc"] for t in p["ground_truth"][:-1]) if len(p["ground_truth"]) > 1 \
             else p["ground_truth"][-1]["acc"]
 
-    solves = None
-    if criterion(row).metric == "val/token_acc" and used:
-        threshold = criterion(row).threshold
+    solves, rule = None, criterion(row)
+    if rule.metric == "val/token_acc" and used:
+        threshold = rule.threshold
         solves = (sum(p["ground_truth"][-1]["acc"] >= threshold for p in used),
                   sum(best_layer(p) >= threshold for p in used))
     return {"runs": len(runs), "used": len(used),

@@ -40,7 +40,6 @@ class MixingMapCallback(Callback):
         self.train, self.task = train, task
         scored = task.scored_positions()  # (P,)
         self.scored = scored
-        self.pattern = task.attention_target().float()[scored]  # (P, L), a fixed pattern's
         self.maps: dict[str, dict[int, list[list[float]]]] = {m: {} for m in MAPS}  # step -> (R, L)
         self.rows = row_sample(len(scored), train.influence_rows)  # indices into scored
         # the intervention map replaces every position the measured rows can read
@@ -81,7 +80,7 @@ class MixingMapCallback(Callback):
         found["intervention"] = intervention_map(model, batch.inputs, scored[rows],
                                                  *self.replacements, per_sequence=per_sequence)
         # a fixed pattern is compared with the mean map, a per-sequence one map by map
-        truth = self.task.patterns(tokens) if per_sequence else self.pattern.to(device)
+        truth = self.task.patterns(tokens) if per_sequence else module.pattern  # (P, L)
         candidates = self.task.candidates(truth).index_select(-2, rows)
         for name, m in found.items():
             mass, auroc = alignment(m, truth.index_select(-2, rows), scored[rows], candidates)

@@ -31,8 +31,7 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
         return None
     record = fitted.record
     analyse_run(cfg, fitted.task, run_dir, record, fitted.world_size)
-    if any(getattr(record, k) is not None for k in ("checkpoints", "refine", "patch",
-                                                     "circuits")):
+    if any(getattr(record, k) is not None for k in record.POST_HOC):
         write_json_atomic(run_dir / "result.json", record.to_json())
     return record.to_json()
 
