@@ -130,7 +130,9 @@ def factor_groups(rows: list[dict[str, Any]], axes: list[str]):
             axis_value(rows[0]["job_config"], a)  # raises, naming the axis
     rows = [r for r in rows if id(r) not in left_out]
     trim = [f"task.{derived_axis(a)[0]}" if derived_axis(a) else a for a in axes]
-    trim += covarying(rows, axes)
+    # a derived axis stands in for one field (supports = C(S, s) for S): the task's other fields
+    # (s) stay series even where every cell's C(S, s) is distinct and so determines them
+    trim += covarying(rows, [a for a in axes if not derived_axis(a)])
     groups: dict[str, list[tuple[tuple[float, ...], dict[str, Any]]]] = {}
     for row in rows:
         config = row["job_config"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,16 @@ def summarise(results: list[RunRecord], recorded: Recorded | None = None
             "arch_defaults": arch_defaults(config["arch"]["name"], recorded),
             "runs": runs,
         }, km))
-    # ranked: within a task, higher solve rate first, then lower median steps
-    return sorted(rows, key=lambda rk: (rk[0]["task"], -rk[0]["solve_rate"], rk[0]["median_steps"]))
+    # ranked: within a task, higher solve rate first, then lower median steps; tasks in natural
+    # order (state_size=8 before state_size=12)
+    return sorted(rows, key=lambda rk: (natural_key(rk[0]["task"]), -rk[0]["solve_rate"],
+                                        rk[0]["median_steps"]))
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders the numbers inside `text` by value: 'S=8' before 'S=12'."""
+    return tuple((0, float(part), "") if i % 2 else (1, 0.0, part)
+                 for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", text)))
 
 
 def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):

@@ -72,7 +72,7 @@ def factors(path: Path, rows: list[Row], plots: list[list[str]]) -> None:
     plt = pyplot()
     panels = []  # (axes, {series label: [(values, row)]})
     for axes in plots:
-        groups = factor_groups(rows, axes)  # supports = C(S, s): one series per S
+        groups = factor_groups(rows, axes)  # supports = C(S, s): one series per s
         if len(axes) == 1:
             panels.append((axes, groups))
         else:
@@ -116,12 +116,12 @@ def _factor_lines(left, right, axis: str, groups) -> None:
         ax.set_xlabel(derived[1] if derived else axis)
         if log:
             ax.set_xscale("log", base=2)
+            if not derived:  # the swept values themselves; a derived axis's are irregular
+                ax.set_xticks(values, [f"{v:g}" for v in values])
+                ax.minorticks_off()
+        ax.grid(alpha=0.3)
     if derived:  # a power law reads as a line: log steps on log x
         right.set_yscale("log")
-        if not derived:
-            ax.set_xticks(values, [f"{v:g}" for v in values])
-            ax.minorticks_off()
-        ax.grid(alpha=0.3)
     left.set(ylabel="solve rate", ylim=(-0.03, 1.03), title=f"solve rate vs {axis}")
     right.set(ylabel="median steps to emergence (x: never)",
               title=f"median steps (95% CI) vs {axis}")
@@ -153,7 +153,8 @@ def _factor_heatmaps(fig, left, right, axes: list[str], name: str, members) -> N
                             path_effects=[patheffects.withStroke(linewidth=2.5, foreground="w")])
         ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
         ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
-        ax.set(xlabel=axes[0], ylabel=axes[1], title=f"{title}\n{name}")
+        ax.set(xlabel=axes[0], ylabel=axes[1],
+               title=f"{title}\n{name.replace(' / ', chr(10))}")  # task, arch: a line each
 
 
 # --- one seed per row ----------------------------------------------------------------------------

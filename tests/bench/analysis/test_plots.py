@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from bench.analysis.labels import covarying
+from bench.analysis.labels import covarying, factor_groups
 from bench.analysis.plots import representative
 from bench.core.errors import ConfigError
 from bench.core.record import RunRecord
@@ -36,6 +36,18 @@ def test_a_field_that_moves_with_the_axis_is_not_a_series():
     # two tasks at every head count: the task seed is a series, head_dim still follows the axis
     rows += [_row(h, task_seed=1) for h in (1, 2, 4)]
     assert covarying(rows, ["arch.n_heads"]) == ["arch.head_dim"]
+
+
+def test_a_derived_axis_keeps_the_task_s_other_fields_as_series():
+    # every cell's C(S, s) is distinct, so s is a function of the axis; it is still a series:
+    # the paper's figure is one line per sparsity against C(S, s)
+    rows = [{"job_config": {"task": {"name": "linear_map", "state_size": size, "sparsity": s},
+                            "arch": {"name": "transformer"}, "train": {}}}
+            for size in (8, 12, 16) for s in (1, 2)]
+    groups = factor_groups(rows, ["supports"])
+    assert len(groups) == 2
+    by_sparsity = {tuple(sorted(v[0] for v, _ in members)) for members in groups.values()}
+    assert by_sparsity == {(8, 12, 16), (28, 66, 120)}
 
 
 def _run(seed: int, status: str, step: int | None, acc: float = 0.9) -> RunRecord:
