@@ -43,6 +43,9 @@ class Comparison:
     n_other: int = 0
     """seeds of the other row"""
     """the reference row's (steps, emerged, budget): what a slowdown is simulated from"""
+    budget_decides: str = "no"
+    """the compared levels with more than half their seeds censored (`24: 7/8`), else `no`:
+    where a level has, its order against the others may be the budget's, not the mixers'"""
     detectable: float | None = None
     """where the test did not reject: the smallest slowdown of the reference row's steps its
     seed counts detect with 80% power at p < ALPHA (inf: none up to the largest ratio tried)"""
@@ -90,7 +93,20 @@ def _trend(field: str, name: str, members) -> Comparison:
     res = trend_test([_sample(r) for _, r in members], list(range(len(values))))
     lean = f"higher {field} sooner" if res.statistic > 0 else f"higher {field} later"
     return Comparison(f"trend {field}", name, " < ".join(f"{v:g}" for v in values), res.p,
-                      res.method, lean if abs(res.statistic) > 1e-12 else "none")
+                      res.method, lean if abs(res.statistic) > 1e-12 else "none",
+                      budget_decides=_censored(members))
+
+
+def _censored(members) -> str:
+    """The levels with more than half their seeds censored at the budget, `value: n/seeds`."""
+    out = []
+    for (value, *_), row in members:
+        emerged = _sample(row)[1]
+        censored = sum(1 for e in emerged if not e)
+        if 2 * censored > len(emerged):
+            out.append(f"{value:g}: {censored}/{len(emerged)}" if isinstance(value, int | float)
+                       else f"{value}: {censored}/{len(emerged)}")
+    return "; ".join(out) or "no"
 
 
 def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
@@ -112,7 +128,8 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
             out.append(Comparison(f"compare {field}", name, f"{va[0]} vs {vb[0]}", res.p,
                                   res.method, lean,
                                   solve_rate_p(sum(ea), len(ea), sum(eb), len(eb)),
-                                  reference=(*_sample(ref), budget), n_other=len(other)))
+                                  reference=(*_sample(ref), budget), n_other=len(other),
+                                  budget_decides=_censored([(va, ra), (vb, rb)])))
     return out
 
 
@@ -126,12 +143,15 @@ def to_markdown(comparisons: list[Comparison]) -> list[str]:
              f"comparison does not reject (Holm p >= {ALPHA}), the smallest slowdown of the "
              "reference row's steps (the `against` level, else the first) that these seed "
              f"counts detect with 80% power at p < {ALPHA}, simulated by resampling its seeds "
-             "(none: not even 8x; a trend: not simulated).", ""]
+             "(none: not even 8x; a trend: not simulated). Mostly censored: the compared levels "
+             "with more than half their seeds censored at the budget (censored/seeds); where "
+             "any is, the budget rather than the mixers may have decided the order.", ""]
     lines += markdown.table(
         ["test", "series", "between", "leans", "p", "Holm p", "Fisher p (solve rate)",
-         "detects (80% power)", "method"],
+         "detects (80% power)", "mostly censored", "method"],
         [[c.test, c.series, c.between, c.direction, f"{c.p:.3g}", f"{c.p_holm:.3g}",
-          "-" if c.p_solve_rate is None else f"{c.p_solve_rate:.3g}", _detects(c), c.method]
+          "-" if c.p_solve_rate is None else f"{c.p_solve_rate:.3g}", _detects(c),
+          c.budget_decides, c.method]
          for c in comparisons])
     return [*lines, ""]
 

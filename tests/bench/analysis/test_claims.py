@@ -37,6 +37,17 @@ def test_a_monotone_claim_is_tested_as_a_trend_with_its_direction():
     assert trend.p < 0.001 and trend.method.startswith("Monte Carlo")  # 16!/(4!^4): too many
 
 
+def test_a_comparison_says_which_levels_the_budget_may_have_decided():
+    rows = _rows({1: [None] * 4, 2: [700, 800, None, None], 4: [300, None, None, None],
+                  8: [100, 120, 150, 160]})
+    [trend] = run_tests([{"trend": "arch.n_heads"}], rows)
+    assert trend.budget_decides == "1: 4/4; 4: 3/4"  # half censored (2: 2/4) is not more
+    pairs = {c.between: c for c in run_tests([{"compare": "arch.n_heads", "against": 8}], rows)}
+    assert pairs["1 vs 8"].budget_decides == "1: 4/4"
+    assert pairs["2 vs 8"].budget_decides == "no"
+    assert "| 1: 4/4 |" in "\n".join(to_markdown(list(pairs.values())))
+
+
 def test_pairwise_comparisons_are_holm_adjusted_within_one_claim():
     rows = _rows({2: [100, 110, 120, 130], 4: [500, 600, 700, 800], 8: [90, 100, 140, 150]})
     pairs = run_tests([{"compare": "arch.n_heads"}], rows)
