@@ -24,12 +24,11 @@ from ..core.record import RunRecord, as_records
 from ..core.rows import by_row, content_hash, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import SLOPE_RESAMPLES, SurvivalSummary, kaplan_meier, loglog_slope
-from ..sweeps.axes import AxisError, axis_value
 from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .columns import CONVENTIONS, computed, csv_fields, table_columns
-from .labels import Recorded, arch_defaults, row_labels
+from .labels import Recorded, arch_defaults, factor_groups, row_labels
 from .mechanism import influence_figure, mechanism_markdown
 from .warmups import warmup_markdown
 
@@ -199,28 +198,36 @@ def slope_markdown(rows: list[dict[str, Any]], axis: str) -> list[str]:
 
     if derived_axis(axis) is None:
         return []
-    cells = []
-    for row in rows:
-        try:
-            x = axis_value(row["job_config"], axis)
-        except AxisError:
-            continue
-        cells.append((x, *survival_sample(row["runs"])))
-    fit = loglog_slope(cells)
-    if not cells:
+    groups = factor_groups(rows, [axis])  # one series per s, as in the figure
+    cells = {name: [(v[0], *survival_sample(row["runs"])) for v, row in members]
+             for name, members in groups.items()}
+    everything = [c for series in cells.values() for c in series]
+    if not everything:
         return []
+    fit = loglog_slope(everything)
     name = derived_axis(axis)[1]
     if math.isnan(fit.slope):
         return ["", f"**Power law against {name}**: not fitted ({fit.cells} of {fit.of} rows "
                 "have a Kaplan-Meier median; a fit needs two at different values)."]
-    return ["", f"**Power law against {name}**: median steps-to-emergence grow as "
-            f"{axis}^b with b = {fit.slope:.2f} [95% bootstrap interval {fit.low:.2f}, "
-            f"{fit.high:.2f}], the least-squares slope of log KM median on log {axis} over the "
-            f"{fit.cells} of {fit.of} rows whose median is defined (a row with no median, "
-            "most seeds censored, is left out: the slope describes the rows that emerged); "
-            "interval: "
-            f"{SLOPE_RESAMPLES:,} resamples of each row's seeds with replacement, a row whose "
-            "resampled median is undefined leaving that fit."]
+    lines = ["", f"**Power law against {name}**: median steps-to-emergence grow as "
+             f"{axis}^b with b = {_slope_text(fit)}, the least-squares slope of log KM median "
+             f"on log {axis} over the {fit.cells} of {fit.of} rows whose median is defined (a "
+             "row with no median, most seeds censored, is left out: the slope describes the "
+             "rows that emerged); interval: "
+             f"{SLOPE_RESAMPLES:,} resamples of each row's seeds with replacement, a row whose "
+             "resampled median is undefined leaving that fit."]
+    if len(cells) > 1:  # pooled over series that may not share one law: each on its own
+        lines += ["", "Per series (the figure's lines), the same fit over that series' rows:", ""]
+        for series, series_cells in cells.items():
+            f = loglog_slope(series_cells)
+            lines.append(f"- {series}: b = {_slope_text(f)} over {f.cells} of {f.of} rows"
+                         if math.isfinite(f.slope) else
+                         f"- {series}: not fitted ({f.cells} of {f.of} rows have a median)")
+    return lines
+
+
+def _slope_text(fit) -> str:
+    return f"{fit.slope:.2f} [95% bootstrap interval {fit.low:.2f}, {fit.high:.2f}]"
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:

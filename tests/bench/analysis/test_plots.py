@@ -64,3 +64,22 @@ def test_the_representative_seed_is_the_median_emerger_or_the_closest():
     assert representative(runs).seed == 2
     never = [_run(0, "censored", None, 0.7), _run(1, "censored", None, 0.95)]
     assert representative(never).seed == 1
+
+
+def test_the_power_law_is_fitted_pooled_and_per_series():
+    from bench.analysis.leaderboard import slope_markdown
+
+    # s = 1 grows as C^0.5, s = 2 as C^1.5: the pooled slope mixes them; each series has its own
+    rows = []
+    for s, b in ((1, 0.5), (2, 1.5)):
+        for size in (8, 16, 32):
+            steps = 10 * math.comb(size, s) ** b
+            rows.append({"job_config": {"task": {"name": "linear_map", "state_size": size,
+                                                 "sparsity": s}, "arch": {"name": "transformer"},
+                                        "train": {}},
+                         "runs": [record(status="emerged", steps_to_emergence=steps * f,
+                                         budget_steps=10**7) for f in (0.9, 1.0, 1.1)]})
+    text = "\n".join(slope_markdown(rows, "supports"))
+    assert "over the 6 of 6 rows whose median is defined" in text
+    assert "linear_map(sparsity=1) / transformer: b = 0.50 [" in text
+    assert "linear_map(sparsity=2) / transformer: b = 1.50 [" in text
