@@ -97,8 +97,19 @@ def _trend(field: str, name: str, members) -> Comparison:
                       budget_decides=_censored(members))
 
 
-def _censored(members) -> str:
-    """The levels with more than half their seeds censored at the budget, `value: n/seeds`."""
+def _order_fixed(ta, ea, tb, eb) -> bool:
+    """Whether no longer budget could reverse which of two levels is sooner: one level has every
+    seed emerged, and each censored seed of the other ran past all of those emergences (a
+    censored seed can only emerge later than it was censored)."""
+    def before(t1, e1, t2, e2) -> bool:
+        return all(e1) and not all(e2) and min(
+            t for t, e in zip(t2, e2) if not e) >= max(t1)
+    return before(ta, ea, tb, eb) or before(tb, eb, ta, ea)
+
+
+def _censored(members, order_fixed: bool = False) -> str:
+    """The levels with more than half their seeds censored at the budget, `value: n/seeds`
+    (`; order fixed` where no longer budget could reverse the pair's order)."""
     out = []
     for (value, *_), row in members:
         emerged = _sample(row)[1]
@@ -106,6 +117,8 @@ def _censored(members) -> str:
         if 2 * censored > len(emerged):
             out.append(f"{value:g}: {censored}/{len(emerged)}" if isinstance(value, int | float)
                        else f"{value}: {censored}/{len(emerged)}")
+    if out and order_fixed:
+        out.append("order fixed")
     return "; ".join(out) or "no"
 
 
@@ -129,7 +142,8 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
                                   res.method, lean,
                                   solve_rate_p(sum(ea), len(ea), sum(eb), len(eb)),
                                   reference=(*_sample(ref), budget), n_other=len(other),
-                                  budget_decides=_censored([(va, ra), (vb, rb)])))
+                                  budget_decides=_censored([(va, ra), (vb, rb)],
+                                                           _order_fixed(ta, ea, tb, eb))))
     return out
 
 
@@ -145,7 +159,9 @@ def to_markdown(comparisons: list[Comparison]) -> list[str]:
              f"counts detect with 80% power at p < {ALPHA}, simulated by resampling its seeds "
              "(none: not even 8x; a trend: not simulated). Mostly censored: the compared levels "
              "with more than half their seeds censored at the budget (censored/seeds); where "
-             "any is, the budget rather than the mixers may have decided the order.", ""]
+             "any is, the budget rather than the mixers may have decided the order, unless it "
+             "says order fixed: one level emerged on every seed and every censored seed of the "
+             "other ran past all of those emergences, so no longer budget could reverse it.", ""]
     lines += markdown.table(
         ["test", "series", "between", "leans", "p", "Holm p", "Fisher p (solve rate)",
          "detects (80% power)", "mostly censored", "method"],

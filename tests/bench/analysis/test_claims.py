@@ -43,9 +43,15 @@ def test_a_comparison_says_which_levels_the_budget_may_have_decided():
     [trend] = run_tests([{"trend": "arch.n_heads"}], rows)
     assert trend.budget_decides == "1: 4/4; 4: 3/4"  # half censored (2: 2/4) is not more
     pairs = {c.between: c for c in run_tests([{"compare": "arch.n_heads", "against": 8}], rows)}
-    assert pairs["1 vs 8"].budget_decides == "1: 4/4"
+    assert pairs["1 vs 8"].budget_decides == "1: 4/4; order fixed"
     assert pairs["2 vs 8"].budget_decides == "no"
-    assert "| 1: 4/4 |" in "\n".join(to_markdown(list(pairs.values())))
+    # every 8-head seed emerged by 160 and every censored 1-head seed ran to 1,000: a longer
+    # budget can only add later emergences to the 1-head row
+    assert pairs["4 vs 8"].budget_decides == "4: 3/4; order fixed"
+    late = _rows({1: [None] * 4, 2: [100, 200, 300, 1200]})  # 2 heads' last emerged after 1,000
+    [pair] = run_tests([{"compare": "arch.n_heads"}], late)
+    assert pair.budget_decides == "1: 4/4"
+    assert "| 1: 4/4; order fixed |" in "\n".join(to_markdown(list(pairs.values())))
 
 
 def test_pairwise_comparisons_are_holm_adjusted_within_one_claim():
