@@ -97,14 +97,17 @@ def _trend(field: str, name: str, members) -> Comparison:
                       budget_decides=_censored(members))
 
 
-def _order_fixed(ta, ea, tb, eb) -> bool:
-    """Whether no longer budget could reverse which of two levels is sooner: one level has every
-    seed emerged, and each censored seed of the other ran past all of those emergences (a
-    censored seed can only emerge later than it was censored)."""
+def _order_fixed(ta, ea, tb, eb, statistic: float) -> bool:
+    """Whether no longer budget could reverse which of two levels the test found sooner (a when
+    `statistic` > 0): the sooner level has every seed emerged, and each censored seed of the
+    other ran past all of those emergences (a censored seed can only emerge later than it was
+    censored, which moves its level further behind)."""
     def before(t1, e1, t2, e2) -> bool:
         return all(e1) and not all(e2) and min(
             t for t, e in zip(t2, e2) if not e) >= max(t1)
-    return before(ta, ea, tb, eb) or before(tb, eb, ta, ea)
+    if statistic > 0:
+        return before(ta, ea, tb, eb)
+    return statistic < 0 and before(tb, eb, ta, ea)
 
 
 def _censored(members, order_fixed: bool = False) -> str:
@@ -143,7 +146,8 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
                                   solve_rate_p(sum(ea), len(ea), sum(eb), len(eb)),
                                   reference=(*_sample(ref), budget), n_other=len(other),
                                   budget_decides=_censored([(va, ra), (vb, rb)],
-                                                           _order_fixed(ta, ea, tb, eb))))
+                                                           _order_fixed(ta, ea, tb, eb,
+                                                                        res.statistic))))
     return out
 
 

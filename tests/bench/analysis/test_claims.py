@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from bench.analysis.claims import run_tests, to_markdown
+from bench.analysis.claims import _order_fixed, run_tests, to_markdown
 from bench.analysis.leaderboard import summarise
 from bench.core.errors import ConfigError
 from bench.core.stats import smallest_detectable
@@ -51,6 +51,12 @@ def test_a_comparison_says_which_levels_the_budget_may_have_decided():
     late = _rows({1: [None] * 4, 2: [100, 200, 300, 1200]})  # 2 heads' last emerged after 1,000
     [pair] = run_tests([{"compare": "arch.n_heads"}], late)
     assert pair.budget_decides == "1: 4/4"
+    # only the order the test found is fixed: were the level with censored seeds the sooner
+    # one, its censored seeds emerging late could reverse it
+    done, cut = ([500.0, 510.0, 520.0], [True] * 3), ([50.0, 1000.0, 1000.0], [True, False, False])
+    assert _order_fixed(*done, *cut, statistic=1.0)  # the all-emerged level sooner
+    assert not _order_fixed(*done, *cut, statistic=-1.0)
+    assert not _order_fixed(*done, *cut, statistic=0.0)
     assert "| 1: 4/4; order fixed |" in "\n".join(to_markdown(list(pairs.values())))
 
 
