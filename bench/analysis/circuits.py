@@ -38,12 +38,12 @@ thresholds the runs were screened with, read from their summaries.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from ..core import markdown
 from ..core.heads import THRESHOLDS, sink_course
 from ..core.stats import finite_median, holm, median_interval
+from .labels import natural_key
 
 EARLY = 0.02  # F4: "identified at 0.3-2% of training"
 MAGNITUDE = 10  # F3: "an order of magnitude earlier"
@@ -307,8 +307,7 @@ def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     if not shown:
         return False
     # the legend in the rows' natural order (2, 4, 6 layers, not as the board lists them)
-    shown.sort(key=lambda item: [int(t) if t.isdigit() else t
-                                 for t in re.split(r"(\d+)", item[0]["architecture"])])
+    shown.sort(key=lambda item: natural_key(item[0]["architecture"]))
     markers = "o^sDvP*X"
     plt = pyplot()
     titles = {"induction": "induction heads (fraction of all heads)",

@@ -90,11 +90,12 @@ def _trend(field: str, name: str, members) -> Comparison:
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         raise ConfigError(f"tests: trend {field} needs numeric values, got {values}")
     # scores are the ranks of the values: a monotone order is tested, not linearity in the value
-    res = trend_test([_sample(r) for _, r in members], list(range(len(values))))
+    samples = [_sample(r) for _, r in members]
+    res = trend_test(samples, list(range(len(values))))
     lean = f"higher {field} sooner" if res.statistic > 0 else f"higher {field} later"
     return Comparison(f"trend {field}", name, " < ".join(f"{v:g}" for v in values), res.p,
                       res.method, lean if abs(res.statistic) > 1e-12 else "none",
-                      budget_decides=_censored(members))
+                      budget_decides=_censored(zip(values, (e for _, e in samples))))
 
 
 def _order_fixed(ta, ea, tb, eb, statistic: float) -> bool:
@@ -110,12 +111,12 @@ def _order_fixed(ta, ea, tb, eb, statistic: float) -> bool:
     return statistic < 0 and before(tb, eb, ta, ea)
 
 
-def _censored(members, order_fixed: bool = False) -> str:
-    """The levels with more than half their seeds censored at the budget, `value: n/seeds`
-    (`; order fixed` where no longer budget could reverse the pair's order)."""
+def _censored(levels, order_fixed: bool = False) -> str:
+    """Of (value, emerged flags) per level: the levels with more than half their seeds censored
+    at the budget, `value: n/seeds` (`; order fixed` where no longer budget could reverse the
+    pair's order)."""
     out = []
-    for (value, *_), row in members:
-        emerged = _sample(row)[1]
+    for value, emerged in levels:
         censored = sum(1 for e in emerged if not e)
         if 2 * censored > len(emerged):
             out.append(f"{value:g}: {censored}/{len(emerged)}" if isinstance(value, int | float)
@@ -145,7 +146,7 @@ def _pairs(field: str, name: str, members, against: Any) -> list[Comparison]:
                                   res.method, lean,
                                   solve_rate_p(sum(ea), len(ea), sum(eb), len(eb)),
                                   reference=(*_sample(ref), budget), n_other=len(other),
-                                  budget_decides=_censored([(va, ra), (vb, rb)],
+                                  budget_decides=_censored([(va[0], ea), (vb[0], eb)],
                                                            _order_fixed(ta, ea, tb, eb,
                                                                         res.statistic))))
     return out

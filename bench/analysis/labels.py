@@ -4,6 +4,7 @@ and the values a row takes on a swept axis. Shared by the table, its tests and i
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from datamodules import TASKS
@@ -118,6 +119,12 @@ def lacking(rows: list[dict[str, Any]], axes: list[str]) -> list[dict[str, Any]]
         except AxisError:
             out.append(row)
     return out
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders the numbers inside a label by value: 'S=8' before 'S=12'."""
+    return tuple((0, float(part), "") if i % 2 else (1, 0.0, part)
+                 for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", text)))
 
 
 def factor_groups(rows: list[dict[str, Any]], axes: list[str]):

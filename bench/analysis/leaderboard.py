@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from .circuits import circuits_figure, circuits_markdown
 from .claims import run_tests
 from .claims import to_markdown as tests_markdown
 from .columns import CONVENTIONS, computed, csv_fields, table_columns
-from .labels import Recorded, arch_defaults, factor_groups, row_labels
+from .labels import Recorded, arch_defaults, factor_groups, natural_key, row_labels
 from .mechanism import influence_figure, mechanism_markdown
 from .warmups import warmup_markdown
 
@@ -75,11 +74,6 @@ def summarise(results: list[RunRecord], recorded: Recorded | None = None
     return sorted(rows, key=lambda rk: (natural_key(rk[0]["task"]), -rk[0]["solve_rate"],
                                         rk[0]["median_steps"]))
 
-
-def natural_key(text: str) -> tuple:
-    """Sort key that orders the numbers inside `text` by value: 'S=8' before 'S=12'."""
-    return tuple((0, float(part), "") if i % 2 else (1, 0.0, part)
-                 for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", text)))
 
 
 def best_lr(summaries: list[tuple[dict[str, Any], SurvivalSummary]]):

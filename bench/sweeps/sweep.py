@@ -104,13 +104,10 @@ def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: d
         pending = db.rows("in_spec = 1 AND status = 'pending'")
         todo = [json.loads(r["config"]) for r in pending if run is None or r["id"] in run]
         counts = db.counts()
-        done = sum(counts[s] for s in FINISHED)
-        if run is not None:  # the kept rows' progress
-            done = sum(1 for r in db.rows("in_spec = 1") if r["id"] in run
-                       and r["status"] in FINISHED)
+        done = (sum(counts[s] for s in FINISHED) if run is None else  # else the kept rows'
+                sum(r["id"] in run and r["status"] in FINISHED for r in db.rows("in_spec = 1")))
         bar = tqdm(total=len(jobs) if run is None else len(run), initial=done, desc=title,
-                   unit="job",
-                   disable=not progress, dynamic_ncols=True)
+                   unit="job", disable=not progress, dynamic_ncols=True)
         emerged, failed = counts["emerged"], 0
         bar.set_postfix(emerged=emerged, failed=failed)
         for summary in runner(todo, out, workers, options):
