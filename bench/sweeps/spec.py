@@ -71,6 +71,10 @@ class SweepSpec:
     """{lr: [rates], seeds: count or list}: choose each row's learning rate on these seeds
     (a count n means seeds 1000 .. 1000+n-1), disjoint from `seeds`; the table reports only
     `seeds`, each row at its chosen rate"""
+    exclude: list[Any] = field(default_factory=list)
+    """cells of the grid not to run: each a mapping of task.FIELD or arch.FIELD to a value or a
+    list of values (e.g. {arch.name: transformer, task.sparsity: [3, 4]}); a row is left out
+    where every key matches its resolved config. An entry that leaves out nothing is refused"""
     added: list[Any] = field(default_factory=list)
     """architecture sections `bench compare` added to a committed board: rows like `archs`,
     tested and drawn beside them, left out of a test or plot whose field they lack (noted)"""
@@ -92,6 +96,7 @@ class SweepSpec:
         if self.train.get("lr") == []:
             raise ValueError("train.lr: an empty grid; give a number or a non-empty list")
         check_tests(self.tests)
+        check_exclude(self.exclude)
         self._check_tune()
         for axes in self.plots:
             if not 1 <= len(axes) <= 2:
@@ -236,6 +241,7 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
         raise ConfigError(f"task, archs, lr, seeds: the grid lists {count:,} jobs; must be at "
                           f"most {MAX_JOBS:,} (split the sweep)")
     rows, configs = [], []  # each row's job at the first seed; the board rows' configs
+    excluded = [0] * len(spec.exclude)  # rows each exclude entry left out
     for t, task_section in enumerate(spec.tasks):
         for task in grid(task_section, f"task[{t}]" if isinstance(spec.task, list) else "task"):
             for where, arch_section in sections:
@@ -245,6 +251,12 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                             train = {**spec.train, **({"lr": lr} if lr is not None else {})}
                             # built once per row (resolving a config is ~0.06 s of OmegaConf)
                             first = _job(task, arch, train, spec, seeds[0], where, pre, j)
+                            hits = [i for i, entry in enumerate(spec.exclude)
+                                    if _matches(entry, first)]
+                            for i in hits:
+                                excluded[i] += 1
+                            if hits:
+                                continue
                             rows.append(first)
                             if where.startswith("archs"):  # a field no row has: at once
                                 config = first.to_dict()
@@ -252,6 +264,12 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                                 check_test_fields(spec.tests, [config], bool(spec.tune),
                                                   counted=False)
                                 configs.append(config)
+    for i, n in enumerate(excluded):
+        if not n:
+            raise ConfigError(f"exclude[{i}]: {spec.exclude[i]} matches no cell of the grid; "
+                              "each key is task.FIELD or arch.FIELD with a value the grid takes")
+    if not rows:
+        raise ConfigError("exclude: leaves out every cell of the grid; nothing would run")
     check_sweep_trainer(spec.trainer)
     # the spec-level checks read one job per row (the seeds differ in nothing they read), before
     # the seeds are expanded; a plot axis or test field missing from a row was refused as that
@@ -318,6 +336,45 @@ def check_tasks(jobs: list[RunConfig]) -> None:
             if transfer not in seen:
                 seen.add(transfer)
                 check_pretrain(job, instance=False)
+
+
+def check_exclude(exclude: Any) -> None:
+    """Each entry a non-empty mapping of task.FIELD / arch.FIELD to a value or a list of them."""
+    if not isinstance(exclude, list):
+        raise ValueError(f"exclude: a list of mappings (task.FIELD or arch.FIELD: value or "
+                         f"[values]), got {exclude!r}")
+    for i, entry in enumerate(exclude):
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f"exclude[{i}]: a non-empty mapping of task.FIELD or arch.FIELD to "
+                             f"a value or a list of values, got {entry!r}")
+        for key, value in entry.items():
+            section, _, name = str(key).partition(".")
+            if section not in ("task", "arch") or not name or "." in name:
+                raise ValueError(f"exclude[{i}]: unknown key '{key}'; allowed: task.FIELD, "
+                                 "arch.FIELD")
+            if value == [] or isinstance(value, dict):
+                raise ValueError(f"exclude[{i}].{key}: a value or a non-empty list of values, "
+                                 f"got {value!r}")
+
+
+def _matches(entry: dict[str, Any], job: RunConfig) -> bool:
+    """Whether every key of an exclude entry takes one of its values in `job`'s config."""
+    config = job.to_dict()
+    for key, value in entry.items():
+        section, _, name = key.partition(".")
+        if name not in config[section]:
+            return False
+        values = value if isinstance(value, list) else [value]
+        if not any(_same(config[section][name], v) for v in values):
+            return False
+    return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as a spec means it: 3 == 3.0, but True is not 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b
 
 
 def check_plot_axes(plots: list[list[str]], configs: list[dict[str, Any]]) -> None:

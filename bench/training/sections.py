@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from datamodules import TASKS, TaskConfig
@@ -54,6 +54,7 @@ def build_section(schema: type, raw: Any, section: str) -> Any:
     where = f"{section}." if section else ""
     try:
         _check_booleans(schema, raw or {})
+        _check_containers(schema, raw or {})
         built = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), raw or {}))
         for f in dataclasses.fields(built):
             value = getattr(built, f.name)
@@ -80,6 +81,16 @@ def _check_booleans(schema: type, raw: Any) -> None:
             value = raw[f.name]
             if not (isinstance(value, bool) or str(value).lower() in ("true", "false")):
                 raise ValueError(f"{f.name}: must be true or false, got {value!r}")
+
+
+def _check_containers(schema: type, raw: Any) -> None:
+    """A list field given a mapping, or a mapping field a list, named (OmegaConf's merge error
+    names neither the field nor what it takes)."""
+    wrong = {"list": ((dict, DictConfig), "a list"), "dict": ((list, ListConfig), "a mapping")}
+    for f in dataclasses.fields(schema):
+        kind = str(f.type).split("[")[0]
+        if kind in wrong and f.name in raw and isinstance(raw[f.name], wrong[kind][0]):
+            raise ValueError(f"{f.name}: must be {wrong[kind][1]}, got {raw[f.name]!r}")
 
 
 def task_schema(name: Any, where: str = "") -> type:

@@ -40,6 +40,37 @@ def test_grids_expand_to_the_cartesian_product_in_a_fixed_order(spec_file):
     assert expand(load_spec(alone))[0].job_id() == ids[0]
 
 
+def test_exclude_leaves_out_exactly_the_cells_it_names(spec_file):
+    task = {"name": "linear_map", "state_size": 8, "sparsity": [1, 2, 3], "n_states": 2}
+    drop = {"arch.name": "transformer", "task.sparsity": [2, 3]}
+    path = spec_file(task=task, exclude=[drop])
+    rows = {(j.arch.name, j.task.sparsity) for j in expand(load_spec(path))}
+    assert rows == {("transformer", 1), ("mlp_mixer", 1), ("mlp_mixer", 2), ("mlp_mixer", 3)}
+    # the kept jobs are the full grid's (same ids): excluding a cell changes no other job
+    full = {j.job_id() for j in expand(load_spec(spec_file("full", task=task)))}
+    assert {j.job_id() for j in expand(load_spec(path))} < full
+    # a default the grid resolves is matched too (d_model is not in the transformer's section)
+    kept = expand(load_spec(spec_file("d", exclude=[{"arch.d_model": 32, "arch.name": "mlp_mixer"}],
+                                      archs=[{"name": "transformer", "n_layers": 1},
+                                             {"name": "mlp_mixer", "d_model": 32}])))
+    assert {j.arch.name for j in kept} == {"transformer"}
+
+
+@pytest.mark.parametrize("exclude, message", [
+    ([{"task.sparsity": 5}], r"exclude\[0\]: \{'task.sparsity': 5\} matches no cell of the grid"),
+    ([{"arch.name": "mamba"}], r"exclude\[0\]: .* matches no cell"),
+    ([{"task.sparsity": True}], r"exclude\[0\]: .* matches no cell"),  # True is not 1
+    ([{"arch.name": ["transformer", "mlp_mixer"]}], "exclude: leaves out every cell"),
+    ([{"train.lr": 0.01}], r"exclude\[0\]: unknown key 'train.lr'; allowed: task.FIELD"),
+    ([{}], r"exclude\[0\]: a non-empty mapping"),
+    ([{"task.sparsity": []}], r"exclude\[0\].task.sparsity: a value or a non-empty list"),
+    ({"task.sparsity": 1}, "exclude: must be a list"),
+])
+def test_a_bad_exclude_is_refused_in_one_line(exclude, message, spec_file):
+    with pytest.raises((ConfigError, ValueError), match=message):
+        expand(load_spec(spec_file(exclude=exclude)))
+
+
 def _result(lr: float, seed: int, step: int | None, budget: int = 100) -> dict:
     return {"config": {"task": {"name": "linear_map", "state_size": 4}, "seed": seed,
                        "arch": {"name": "transformer"}, "train": {"lr": lr}},
