@@ -86,11 +86,14 @@ def compare(against: str | Path, arch: list[str], out: str | Path | None = None,
 def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "local",
           workers: int | None = None, options: dict[str, Any] | None = None,
           overrides: list[str] | None = None, progress: bool = False,
-          rows: list[str] | None = None) -> dict[str, Any]:
+          rows: list[str] | None = None,
+          reuse: list[str | Path] | None = None) -> dict[str, Any]:
     """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
     the spec, without `.yaml`) and write its leaderboard; `rows` (config hashes or prefixes)
-    keeps only those rows and their tuning runs. Returns {name, out, counts (jobs per status),
-    leaderboard (the path of leaderboard.md, None before any reported job finished)}."""
+    keeps only those rows and their tuning runs; `reuse` (sweep directories): their finished
+    runs of the same job ids are copied in instead of trained, and the table says so. Returns
+    {name, out, counts (jobs per status), leaderboard (the path of leaderboard.md, None before
+    any reported job finished)}."""
     from .analysis.leaderboard import reported, write_leaderboard
     from .sweeps.results import read_results
     from .sweeps.spec import load_spec, row_filter
@@ -101,7 +104,8 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
     out = Path(out) if out is not None else spec.with_suffix("")
     workers = default_workers(executor) if workers is None else workers
     keep = row_filter(parsed, rows)  # before anything is written
-    counts = run_sweep(parsed, out, executor, workers, options or {}, progress, keep=keep)
+    counts = run_sweep(parsed, out, executor, workers, options or {}, progress, keep=keep,
+                       reuse=[Path(r) for r in reuse or []])
     spec_dict, results = read_results(out)
     shown = bool(reported(results, spec_dict))  # none while every reported job failed
     if shown:

@@ -73,12 +73,15 @@ def sweep(
     row: Annotated[list[str] | None, typer.Option(
         help="only this row (config hash or a prefix of it, as `bench status` and the table "
              "show), with its tuning runs; repeatable")] = None,
+    reuse: Annotated[list[Path] | None, typer.Option(
+        help="a sweep directory whose finished runs of the same job ids are copied in instead "
+             "of trained (the table says so); repeatable")] = None,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
     from .api import sweep as run
 
     done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress,
-               row or [])
+               row or [], reuse or [])
     out, counts = done["out"], done["counts"]
     if done["leaderboard"]:
         print(done["leaderboard"].read_text())

@@ -164,6 +164,10 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
                   f"per row ({grew['at']}, when {grew['finished_before']} runs had finished). "
                   "The tests below are computed on the grown sample, which was not fixed before "
                   "the results were seen; read their p-values as exploratory."]
+    for source, ids in (spec.get("reused") or {}).items():
+        lines += ["", f"**Reused runs**: {len(ids)} run(s) were copied from `{source}` (the "
+                  "same job ids: the same resolved config, seed and budget) rather than trained "
+                  "for this board."]
     flags = sorted({f for r in rows for run in r["runs"] for f in run.task_flags or []})
     if flags:
         lines += ["", "Flagged instances (degenerate but kept):",

@@ -143,6 +143,32 @@ class ResultsDB:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                   (key, json.dumps(value)))
 
+    def adopt(self, source: Path, ids: Iterable[str]) -> list[str]:
+        """Copy `source`'s finished runs of `ids` onto this database's pending rows of the same
+        id (an id is the hash of the resolved config: the same job, trained elsewhere); the
+        adopted ids. Rows this database has finished are kept."""
+        reader = ResultsDB(source, read_only=True)
+        try:
+            wanted = set(ids)
+            found = [r for r in reader.rows(f"status IN ({', '.join('?' * len(FINISHED))})",
+                                            tuple(FINISHED)) if r["id"] in wanted]
+        finally:
+            reader.close()
+        adopted = []
+        with self.transaction():
+            for r in found:
+                cur = self.conn.execute(
+                    "UPDATE jobs SET status = ?, steps_to_emergence = ?, steps = ?, "
+                    "wall_time_s = ?, steps_per_s = ?, result = ?, versions = ?, error = NULL, "
+                    "attempts = ?, worker = ?, started_at = ?, finished_at = ? "
+                    "WHERE id = ? AND status = 'pending'",
+                    (r["status"], r["steps_to_emergence"], r["steps"], r["wall_time_s"],
+                     r["steps_per_s"], r["result"], r["versions"], r["attempts"], r["worker"],
+                     r["started_at"], r["finished_at"], r["id"]))
+                if cur.rowcount:
+                    adopted.append(r["id"])
+        return adopted
+
     def requeue_interrupted(self) -> int:
         """Rows left `running` or `failed` by an earlier sweep go back to `pending`."""
         with self.transaction():
@@ -150,6 +176,10 @@ class ResultsDB:
                 "UPDATE jobs SET status = 'pending', worker = NULL "
                 "WHERE status IN ('running', 'failed') AND in_spec = 1")
             return cur.rowcount
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction():
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
     def meta(self, key: str, default: Any = None) -> Any:
         _, found = self._query("SELECT value FROM meta WHERE key = ?", (key,))
@@ -297,6 +327,7 @@ def read_results(out: Path) -> tuple[dict[str, Any], list[RunRecord]]:
     try:
         spec = db.meta("spec", {}) | {"name": db.meta("name", out.name),
                                       "seed_history": db.meta("seed_history", []),
+                                      "reused": db.meta("reused", {}),
                                       "arch_defaults": db.meta("arch_defaults", {})}
         return spec, db.results()
     finally:

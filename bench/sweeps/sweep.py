@@ -28,9 +28,11 @@ from .spec import SweepSpec, at_rates, choose_rates, expand, tuning_jobs
 
 def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
               options: dict[str, Any] | None = None, progress: bool = True,
-              keep: Callable[[RunConfig], bool] | None = None) -> dict[str, int]:
+              keep: Callable[[RunConfig], bool] | None = None,
+              reuse: list[Path] | tuple[Path, ...] = ()) -> dict[str, int]:
     """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
-    per status."""
+    per status. `reuse`: sweep directories whose finished runs of the same job ids are copied
+    in instead of trained (recorded in the database's meta, said above the table)."""
     from .executors import resolve_executor
 
     options = options or {}
@@ -41,6 +43,8 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     jobs = kept(every)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
+    for source in reuse:  # refused before anything is written
+        ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
     _print_checkpoint_cost([*tuning, *jobs], out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"name": spec.name, "executor": executor, "workers": workers,
@@ -49,7 +53,8 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
                               for job in [*tuning, *every]}}
     with SweepLock(out):
         if tuning:  # first the tuning seeds; their results choose each row's rate
-            _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)")
+            _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)",
+                      reuse=reuse)
             db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
             try:
                 ids = {job.job_id() for job in tuning}
@@ -63,11 +68,12 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
                 return _counts(out)
             jobs = at_rates(jobs, rates)  # the kept rows only: others were not tuned
             return _run_jobs([*tuning, *jobs], out, runner, workers, options, progress, meta,
-                             spec.name)
+                             spec.name, reuse=reuse)
         # untuned: every row is listed (status and the table show the whole spec), the kept
         # rows run (a tuned spec lists the kept rows only: the others' rates are not known yet)
         run = None if keep is None else {j.job_id() for j in jobs}
-        return _run_jobs(every, out, runner, workers, options, progress, meta, spec.name, run)
+        return _run_jobs(every, out, runner, workers, options, progress, meta, spec.name, run,
+                         reuse)
 
 
 def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:
@@ -92,15 +98,24 @@ def _counts(out: Path) -> dict[str, int]:
 
 def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: dict[str, Any],
               progress: bool, meta: dict[str, Any], title: str,
-              run: set[str] | None = None) -> dict[str, int]:
-    """List `jobs` as the sweep's jobs and run the unfinished ones (those whose ids are in
-    `run`, if given); return counts per status."""
+              run: set[str] | None = None, reuse=()) -> dict[str, int]:
+    """List `jobs` as the sweep's jobs, copy in the finished runs of the same ids from the
+    `reuse` directories, and run the unfinished ones (those whose ids are in `run`, if given);
+    return counts per status."""
     db = ResultsDB(out / ResultsDB.FILENAME, create=True)
     try:
         history = seed_history(db, meta["spec"])
         db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs),
                        "seed_history": history})
         db.requeue_interrupted()
+        ids = [job.job_id() for job in jobs if run is None or job.job_id() in run]
+        reused = db.meta("reused", {})
+        for source in reuse:
+            adopted = db.adopt(Path(source) / ResultsDB.FILENAME, ids)
+            if adopted:
+                reused[str(source)] = sorted({*reused.get(str(source), []), *adopted})
+                db.set_meta("reused", reused)
+                print(f"reused {len(adopted)} finished run(s) of the same job ids from {source}")
         pending = db.rows("in_spec = 1 AND status = 'pending'")
         todo = [json.loads(r["config"]) for r in pending if run is None or r["id"] in run]
         counts = db.counts()

@@ -172,6 +172,34 @@ def test_a_grown_spec_reuses_finished_jobs_and_the_table_shows_the_current_spec(
     assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
 
 
+def test_reuse_copies_another_sweeps_finished_runs_of_the_same_ids_and_says_so(spec_file, cli):
+    mixer = [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}]
+    one = spec_file("one", seeds=1, archs=mixer)
+    assert cli("sweep", str(one), "--no-progress")[0] == 0
+    source = one.with_suffix("")
+    # a missing or foreign source is refused in one line before anything is written
+    two = spec_file("two", seeds=2, archs=mixer)
+    code, captured = cli("sweep", str(two), "--reuse", str(source.parent / "nope"),
+                         "--no-progress")
+    assert code == 2 and "no results database" in captured.err
+    assert not two.with_suffix("").exists()
+    code, captured = cli("sweep", str(two), "--reuse", str(source), "--no-progress")
+    assert code == 0 and "reused 1 finished run(s) of the same job ids" in captured.out
+    old = sqlite3.connect(source / "results.sqlite").execute(
+        "SELECT id, result, attempts, finished_at FROM jobs").fetchall()
+    new = sqlite3.connect(two.with_suffix("") / "results.sqlite")
+    rows = new.execute("SELECT id, result, attempts, finished_at, status FROM jobs "
+                       "ORDER BY position").fetchall()
+    assert [r[:4] for r in rows[:1]] == old and rows[1][0] != old[0][0]  # seed 0 copied
+    assert rows[1][4] in ("emerged", "censored") and rows[1][3] > old[0][3]  # seed 1 trained
+    markdown = (two.with_suffix("") / "leaderboard.md").read_text()
+    assert f"**Reused runs**: 1 run(s) were copied from `{source}`" in markdown
+    # a rerun reuses nothing more and keeps the note
+    code, captured = cli("sweep", str(two), "--reuse", str(source), "--no-progress")
+    assert code == 0 and "finished run(s) of the same job ids" not in captured.out
+    assert "**Reused runs**: 1 run(s)" in (two.with_suffix("") / "leaderboard.md").read_text()
+
+
 def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(tmp_path, cli):
     for command in ("leaderboard", "status"):
         code, captured = cli(command, str(tmp_path))
