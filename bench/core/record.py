@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 from .emergence import EmergenceCriterion
 from .errors import ConfigError
+
+_SCALAR = (int, float, str, bool, type(None))  # the declared types a table of runs holds
+
+
+def _scalar(hint: Any) -> bool:
+    """A declared type that is one number or string, or an optional one (`int | None`)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return all(_scalar(arg) for arg in typing.get_args(hint))
+    return hint in _SCALAR
 
 
 @dataclass
@@ -164,11 +175,12 @@ class RunRecord:
         """Every field that is one number or string, in order, the accuracy summary's flattened
         into it (what a table of runs holds: `bench.api.load_results`)."""
         out: dict[str, Any] = {}
+        hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Accuracy):
                 out.update(dataclasses.asdict(value))
-            elif not any(kind in str(f.type) for kind in ("dict", "list", "Maps", "Any")):
+            elif _scalar(hints[f.name]):
                 out[f.name] = value  # a number or a string (or None) by its declared type
         return out
 
