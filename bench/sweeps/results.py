@@ -140,8 +140,7 @@ class ResultsDB:
                      job.seed, job.train.lr, json.dumps(config, sort_keys=True)),
                 )
             for key, value in meta.items():
-                self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                  (key, json.dumps(value)))
+                self._put_meta(key, value)
 
     def adopt(self, source: Path, ids: Iterable[str]) -> list[str]:
         """Copy `source`'s finished runs of `ids` onto this database's pending rows of the same
@@ -179,7 +178,10 @@ class ResultsDB:
 
     def set_meta(self, key: str, value: Any) -> None:
         with self.transaction():
-            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+            self._put_meta(key, value)
+
+    def _put_meta(self, key: str, value: Any) -> None:  # inside a transaction
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
     def meta(self, key: str, default: Any = None) -> Any:
         _, found = self._query("SELECT value FROM meta WHERE key = ?", (key,))

@@ -251,15 +251,15 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                             train = {**spec.train, **({"lr": lr} if lr is not None else {})}
                             # built once per row (resolving a config is ~0.06 s of OmegaConf)
                             first = _job(task, arch, train, spec, seeds[0], where, pre, j)
+                            config = first.to_dict()
                             hits = [i for i, entry in enumerate(spec.exclude)
-                                    if _matches(entry, first)]
+                                    if _matches(entry, config)]
                             for i in hits:
                                 excluded[i] += 1
                             if hits:
                                 continue
                             rows.append(first)
                             if where.startswith("archs"):  # a field no row has: at once
-                                config = first.to_dict()
                                 check_plot_axes(spec.plots, [config])
                                 check_test_fields(spec.tests, [config], bool(spec.tune),
                                                   counted=False)
@@ -338,11 +338,9 @@ def check_tasks(jobs: list[RunConfig]) -> None:
                 check_pretrain(job, instance=False)
 
 
-def check_exclude(exclude: Any) -> None:
-    """Each entry a non-empty mapping of task.FIELD / arch.FIELD to a value or a list of them."""
-    if not isinstance(exclude, list):
-        raise ValueError(f"exclude: a list of mappings (task.FIELD or arch.FIELD: value or "
-                         f"[values]), got {exclude!r}")
+def check_exclude(exclude: list[Any]) -> None:
+    """Each entry a non-empty mapping of task.FIELD / arch.FIELD to a value or a list of them
+    (that `exclude` is a list, build_section checked)."""
     for i, entry in enumerate(exclude):
         if not isinstance(entry, dict) or not entry:
             raise ValueError(f"exclude[{i}]: a non-empty mapping of task.FIELD or arch.FIELD to "
@@ -357,9 +355,8 @@ def check_exclude(exclude: Any) -> None:
                                  f"got {value!r}")
 
 
-def _matches(entry: dict[str, Any], job: RunConfig) -> bool:
-    """Whether every key of an exclude entry takes one of its values in `job`'s config."""
-    config = job.to_dict()
+def _matches(entry: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether every key of an exclude entry takes one of its values in a job's config."""
     for key, value in entry.items():
         section, _, name = key.partition(".")
         if name not in config[section]:

@@ -108,7 +108,7 @@ def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: d
         db.sync(jobs, {**meta, "started_at": time.time(), "total": len(jobs),
                        "seed_history": history})
         db.requeue_interrupted()
-        ids = [job.job_id() for job in jobs if run is None or job.job_id() in run]
+        ids = run if run is not None else [job.job_id() for job in jobs] if reuse else []
         reused = db.meta("reused", {})
         for source in reuse:
             adopted = db.adopt(Path(source) / ResultsDB.FILENAME, ids)
