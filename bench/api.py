@@ -87,11 +87,14 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
           workers: int | None = None, options: dict[str, Any] | None = None,
           overrides: list[str] | None = None, progress: bool = False,
           rows: list[str] | None = None,
-          reuse: list[str | Path] | None = None) -> dict[str, Any]:
+          reuse: list[str | Path] | None = None,
+          reuse_tuning: list[str | Path] | None = None) -> dict[str, Any]:
     """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
     the spec, without `.yaml`) and write its leaderboard; `rows` (config hashes or prefixes)
     keeps only those rows and their tuning runs; `reuse` (sweep directories): their finished
-    runs of the same job ids are copied in instead of trained, and the table says so. Returns
+    runs of the same job ids are copied in instead of trained, and the table says so;
+    `reuse_tuning`: the same for the tuning runs only (their rates stand, the reported runs train
+    again: a rerun under a changed measurement). Returns
     {name, out, counts (jobs per status), leaderboard (the path of leaderboard.md, None before
     any reported job finished)}."""
     from .analysis.leaderboard import reported, write_leaderboard
@@ -105,7 +108,8 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
     workers = default_workers(executor) if workers is None else workers
     keep = row_filter(parsed, rows)  # before anything is written
     counts = run_sweep(parsed, out, executor, workers, options or {}, progress, keep=keep,
-                       reuse=[Path(r) for r in reuse or []])
+                       reuse=[Path(r) for r in reuse or []],
+                       reuse_tuning=[Path(r) for r in reuse_tuning or []])
     spec_dict, results = read_results(out)
     shown = bool(reported(results, spec_dict))  # none while every reported job failed
     if shown:

@@ -76,12 +76,16 @@ def sweep(
     reuse: Annotated[list[Path] | None, typer.Option(
         help="a sweep directory whose finished runs of the same job ids are copied in instead "
              "of trained (the table says so); repeatable")] = None,
+    reuse_tuning: Annotated[list[Path] | None, typer.Option(
+        help="a sweep directory whose finished tuning runs of the same job ids are copied in: "
+             "their rates stand and the reported runs train again (a rerun under a changed "
+             "measurement); repeatable")] = None,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
     from .api import sweep as run
 
     done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress,
-               row or [], reuse or [])
+               row or [], reuse or [], reuse_tuning or [])
     out, counts = done["out"], done["counts"]
     if done["leaderboard"]:
         print(done["leaderboard"].read_text())

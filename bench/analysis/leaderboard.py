@@ -164,10 +164,15 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
                   f"per row ({grew['at']}, when {grew['finished_before']} runs had finished). "
                   "The tests below are computed on the grown sample, which was not fixed before "
                   "the results were seen; read their p-values as exploratory."]
+    shown = {run.job_id for r in rows for run in r["runs"]}
     for source, ids in (spec.get("reused") or {}).items():
+        among = len(shown.intersection(ids))
+        which = "" if among == len(ids) else (
+            f": {among} of the reported runs and {len(ids) - among} not reported (tuning runs, "
+            "or seeds and rows the spec no longer lists)")
         lines += ["", f"**Reused runs**: {len(ids)} run(s) were copied from `{source}` (the "
                   "same job ids: the same resolved config, seed and budget) rather than trained "
-                  "for this board."]
+                  f"for this board{which}."]
     flags = sorted({f for r in rows for run in r["runs"] for f in run.task_flags or []})
     if flags:
         lines += ["", "Flagged instances (degenerate but kept):",

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from ..core.errors import ConfigError
 from ..core.record import RunRecord
 from ..core.rows import group_key
 from ..core.schema import field_defaults
@@ -29,10 +30,13 @@ from .spec import SweepSpec, at_rates, choose_rates, expand, tuning_jobs
 def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
               options: dict[str, Any] | None = None, progress: bool = True,
               keep: Callable[[RunConfig], bool] | None = None,
-              reuse: list[Path] | tuple[Path, ...] = ()) -> dict[str, int]:
+              reuse: list[Path] | tuple[Path, ...] = (),
+              reuse_tuning: list[Path] | tuple[Path, ...] = ()) -> dict[str, int]:
     """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
     per status. `reuse`: sweep directories whose finished runs of the same job ids are copied
-    in instead of trained (recorded in the database's meta, said above the table)."""
+    in instead of trained (recorded in the database's meta, said above the table);
+    `reuse_tuning`: the same for the tuning runs only (the rates they chose stand; the reported
+    runs train again, as when a measurement changed)."""
     from .executors import resolve_executor
 
     options = options or {}
@@ -43,7 +47,10 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     jobs = kept(every)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
-    for source in reuse:  # refused before anything is written
+    if reuse_tuning and not spec.tune:
+        raise ConfigError(f"--reuse-tuning: {spec.name} tunes no learning rate (no `tune:`), so "
+                         "it has no tuning runs to reuse")
+    for source in [*reuse, *reuse_tuning]:  # refused before anything is written
         ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
     _print_checkpoint_cost([*tuning, *jobs], out)
     out.mkdir(parents=True, exist_ok=True)
@@ -54,7 +61,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     with SweepLock(out):
         if tuning:  # first the tuning seeds; their results choose each row's rate
             _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)",
-                      reuse=reuse)
+                      reuse=[*reuse, *reuse_tuning])
             db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
             try:
                 ids = {job.job_id() for job in tuning}

@@ -148,6 +148,11 @@ def test_sampled_rows_are_the_full_maps_rows_at_the_automatic_cadence(tmp_path):
     assert torch.allclose(torch.tensor(sampled["influence"]["maps"][0]), whole[[0, 4, 7]],
                           atol=2e-3)
     assert sampled["curves"]["val/loss"] == full["curves"]["val/loss"]  # training untouched
+    # and with both maps off: a rerun that adds them (bench sweep --reuse-tuning) trains the same
+    off = train(load_run_config([*base, "train.influence_size=0"]), tmp_path / "off",
+                progress=False)
+    assert "val/intervention_mass" not in off["curves"]
+    assert off["curves"]["val/loss"] == full["curves"]["val/loss"]
 
 
 def test_chunking_over_sequences_and_positions_changes_nothing(monkeypatch):

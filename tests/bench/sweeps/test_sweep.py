@@ -13,6 +13,7 @@ from bench.core.errors import ConfigError
 from bench.sweeps.results import SweepLock
 from bench.sweeps.spec import expand, load_spec
 from bench.training.config import load_run_config
+from tests.bench.conftest import TINY
 from tests.records import record, records
 
 
@@ -198,6 +199,41 @@ def test_reuse_copies_another_sweeps_finished_runs_of_the_same_ids_and_says_so(s
     code, captured = cli("sweep", str(two), "--reuse", str(source), "--no-progress")
     assert code == 0 and "finished run(s) of the same job ids" not in captured.out
     assert "**Reused runs**: 1 run(s)" in (two.with_suffix("") / "leaderboard.md").read_text()
+
+
+def test_reuse_tuning_copies_only_the_tuning_runs_and_the_reported_runs_train_again(spec_file,
+                                                                                      cli):
+    """A rerun under a changed measurement keeps the rates its tuning runs chose: only those
+    are copied; the reported runs train again, and the table says which were copied."""
+    mixer = [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}]
+    train = {**TINY["train"], "max_steps": 60}
+    plain = spec_file("plain", seeds=1, archs=mixer, train=train)
+    code, captured = cli("sweep", str(plain), "--reuse-tuning", str(plain.parent),
+                         "--no-progress")
+    assert code == 2 and "--reuse-tuning: tiny tunes no learning rate" in captured.err
+    assert not plain.with_suffix("").exists()  # nothing written
+    rated = {k: v for k, v in train.items() if k != "lr"}  # tune sets each row's rate
+    tuned = {"seeds": 1, "archs": mixer, "train": rated, "tune": {"lr": [0.003, 0.01], "seeds": 1}}
+    first = spec_file("first", **tuned)
+    assert cli("sweep", str(first), "--no-progress")[0] == 0
+    source = first.with_suffix("")
+    again = spec_file("again", **tuned)
+    code, captured = cli("sweep", str(again), "--reuse-tuning", str(source), "--no-progress")
+    assert code == 0 and "reused 2 finished run(s) of the same job ids" in captured.out
+    old = {r[0:2]: r[2:] for r in sqlite3.connect(source / "results.sqlite").execute(
+        "SELECT seed, lr, id, result, finished_at FROM jobs")}
+    new = {r[0:2]: r[2:] for r in sqlite3.connect(again.with_suffix("") / "results.sqlite")
+           .execute("SELECT seed, lr, id, result, finished_at FROM jobs")}
+    assert new.keys() == old.keys() and len(new) == 3  # two tuning runs, one reported
+    for (seed, lr), (job, result, finished) in new.items():
+        assert job == old[seed, lr][0]
+        if seed == 1000:  # the tuning runs copied as they were
+            assert (result, finished) == old[seed, lr][1:]
+        else:  # the reported run trained again
+            assert finished > old[seed, lr][2]
+    markdown = (again.with_suffix("") / "leaderboard.md").read_text()
+    assert (f"**Reused runs**: 2 run(s) were copied from `{source}`" in markdown
+            and ": 0 of the reported runs and 2 not reported (tuning runs" in markdown)
 
 
 def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(tmp_path, cli):
