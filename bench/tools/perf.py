@@ -248,6 +248,10 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
                 # in it is the run's last (always whole)
 
         def on_validation_start(self, trainer, pl_module):
+            # the maps are measured once, at the screened evaluation (the step-0 and the whole
+            # one would measure them again at the same cost, for no number the report uses)
+            measured = not trainer.sanity_checking and not self.evals
+            maps.train = train if measured else quiet
             # analysis: the module's attention statistics and the maps callback's maps
             self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s + maps.seconds
             self.i0, self.l0 = maps.seconds, pl_module.leak_s
@@ -260,14 +264,17 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
 
         def on_validation_end(self, trainer, pl_module):
             if not trainer.sanity_checking:  # the step-0 evaluation is not part of the cadence
-                # the influence map, measured at both, counts 1/k: it comes every k-th time
-                influence = (maps.seconds - self.i0) * (1 - 1 / every_k)
-                self.evals.append((time.perf_counter() - self.v0 - influence,
-                                   pl_module.analysis_s + maps.seconds - self.a0 - influence,
+                # the maps count 1/k at either evaluation: they come every k-th time
+                if not self.evals:
+                    self.map_s = maps.seconds - self.i0
+                share = self.map_s / every_k - (maps.seconds - self.i0)
+                self.evals.append((time.perf_counter() - self.v0 + share,
+                                   pl_module.analysis_s + maps.seconds - self.a0 + share,
                                    pl_module.leak_s - self.l0))
 
     every_k = maps.every  # the default cadence's (eval_every 50)
-    maps.every = 1  # measured at each evaluation of the stretch, counted 1/k
+    maps.every = 1  # measured at the stretch's screened evaluation, counted 1/k
+    train, quiet = maps.train, dataclasses.replace(maps.train, influence_size=0)
     timer = Timer()
     run_cfg = dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
@@ -278,7 +285,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(run_cfg, Path(tmp), [maps, emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
-    maps.every = every_k
+    maps.every, maps.train = every_k, train
     (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
     return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak
