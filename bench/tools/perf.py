@@ -233,6 +233,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
         def __init__(self):
             self.ends: list[float] = []
             self.v0, self.a0 = 0.0, 0.0
+            self.map_s = 0.0  # the maps' seconds at the screened evaluation
             # (seconds, analysis seconds, leak-check seconds: made at a whole evaluation only)
             self.evals: list[tuple[float, float, float]] = []
 
