@@ -319,10 +319,13 @@ def task(
                                             "task_seed=per_seed, the task instance")] = 0,
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
-    """Show N sequences of a task and its hidden rule, e.g. `bench task linear_map sparsity=3`."""
+    """Show N sequences of a task and its hidden rule, e.g. `bench task linear_map sparsity=3`
+    (`task.sparsity=3` as in `bench run` works too)."""
     from .training.sections import load_task_config
 
-    config = load_task_config([f"name={name}", *(overrides or [])])  # before torch loads
+    # `task.`-prefixed keys too: what a user copies from a `bench run` line
+    items = [item.removeprefix("task.") for item in overrides or []]
+    config = load_task_config([f"name={name}", *items])  # before torch loads
     if config.name != name:  # an override's name= would silently win over the argument
         raise ConfigError(f"name: the command names task '{name}' and an override names "
                           f"'{config.name}'; give the task once")

@@ -17,3 +17,11 @@ def test_bench_task_prints_each_tasks_own_picture_of_its_rule(cli):
     rules = [line for line in out.splitlines() if line.startswith("rule ")]
     assert len(rules) == 2 and all(len(r.split()) == 2 + 8 for r in rules)  # 2^3 neighbourhoods
     assert rules[0].split()[2].startswith("000->")
+
+
+def test_bench_task_takes_the_task_prefix_a_bench_run_line_uses(cli):
+    """`task.sparsity=1` (copied from `bench run`) means `sparsity=1`, not an unknown key."""
+    plain = cli("task", "linear_map", "state_size=4", "sparsity=1", "--json")
+    prefixed = cli("task", "linear_map", "task.state_size=4", "task.sparsity=1", "--json")
+    assert plain[0] == prefixed[0] == 0, prefixed[1].err
+    assert plain[1].out == prefixed[1].out
