@@ -61,7 +61,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     with SweepLock(out):
         if tuning:  # first the tuning seeds; their results choose each row's rate
             _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)",
-                      reuse=[*reuse, *reuse_tuning])
+                      reuse=[*reuse, *reuse_tuning], expect=reuse_tuning)
             db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
             try:
                 ids = {job.job_id() for job in tuning}
@@ -105,10 +105,11 @@ def _counts(out: Path) -> dict[str, int]:
 
 def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: dict[str, Any],
               progress: bool, meta: dict[str, Any], title: str,
-              run: set[str] | None = None, reuse=()) -> dict[str, int]:
+              run: set[str] | None = None, reuse=(), expect=None) -> dict[str, int]:
     """List `jobs` as the sweep's jobs, copy in the finished runs of the same ids from the
     `reuse` directories, and run the unfinished ones (those whose ids are in `run`, if given);
-    return counts per status."""
+    return counts per status. A source of `expect` (default: every `reuse` directory) that
+    has copied nothing into this sweep by now is warned about."""
     db = ResultsDB(out / ResultsDB.FILENAME, create=True)
     try:
         history = seed_history(db, meta["spec"])
@@ -123,6 +124,11 @@ def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: d
                 reused[str(source)] = sorted({*reused.get(str(source), []), *adopted})
                 db.set_meta("reused", reused)
                 print(f"reused {len(adopted)} finished run(s) of the same job ids from {source}")
+            elif str(source) not in reused and source in (reuse if expect is None else expect):
+                # a wrong directory would train the whole sweep
+                print(f"warning: reuse {source}: none of its finished runs has one of these "
+                      f"{len(ids)} job ids (another spec, or its rates?); nothing copied",
+                      file=sys.stderr)
         pending = db.rows("in_spec = 1 AND status = 'pending'")
         todo = [json.loads(r["config"]) for r in pending if run is None or r["id"] in run]
         counts = db.counts()

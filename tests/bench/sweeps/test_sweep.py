@@ -198,7 +198,13 @@ def test_reuse_copies_another_sweeps_finished_runs_of_the_same_ids_and_says_so(s
     # a rerun reuses nothing more and keeps the note
     code, captured = cli("sweep", str(two), "--reuse", str(source), "--no-progress")
     assert code == 0 and "finished run(s) of the same job ids" not in captured.out
+    assert "nothing copied" not in captured.err  # it had copied before
     assert "**Reused runs**: 1 run(s)" in (two.with_suffix("") / "leaderboard.md").read_text()
+    # a source that shares no job id (another mixer) is said, not silently trained past
+    other = spec_file("other", seeds=1, archs=[{**mixer[0], "d_model": 16}])
+    code, captured = cli("sweep", str(other), "--reuse", str(source), "--no-progress")
+    assert code == 0 and (f"warning: reuse {source}: none of its finished runs has one of these "
+                          "1 job ids") in captured.err
 
 
 def test_reuse_tuning_copies_only_the_tuning_runs_and_the_reported_runs_train_again(spec_file,
@@ -220,6 +226,7 @@ def test_reuse_tuning_copies_only_the_tuning_runs_and_the_reported_runs_train_ag
     again = spec_file("again", **tuned)
     code, captured = cli("sweep", str(again), "--reuse-tuning", str(source), "--no-progress")
     assert code == 0 and "reused 2 finished run(s) of the same job ids" in captured.out
+    assert "nothing copied" not in captured.err  # the reported phase does not look there
     old = {r[0:2]: r[2:] for r in sqlite3.connect(source / "results.sqlite").execute(
         "SELECT seed, lr, id, result, finished_at FROM jobs")}
     new = {r[0:2]: r[2:] for r in sqlite3.connect(again.with_suffix("") / "results.sqlite")
