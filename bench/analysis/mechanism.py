@@ -40,6 +40,7 @@ from ..core.emergence import EmergenceCriterion, higher_is_better, on_plateau
 from ..core.stats import finite_median, median_interval, spearman
 
 MIN_RISE = 0.02
+AUROC_BAR = 0.9  # issue 38: a map that sees the pattern ranks the parents this high at emergence
 CURVES = (("val/intervention_mass", "intervention"), ("val/influence_mass", "influence"),
           ("val/parent_mass", "attention"))
 MAPS = ("intervention", "influence")  # the curves of a map of any mixer: rise from the
@@ -89,6 +90,18 @@ def _ends(curve: list[float]) -> tuple[float, float]:
     return (finite[0], finite[-1]) if finite else (math.nan, math.nan)
 
 
+def _at(curves: dict[str, list[float]], key: str, step: int) -> float:
+    """The curve's last finite value at or before `step` (a map measured every k-th
+    evaluation is NaN between); NaN where it has none."""
+    found = math.nan
+    for s, v in zip(curves.get("step", []), curves.get(key, [])):
+        if s > step:
+            break
+        if math.isfinite(v):
+            found = v
+    return found
+
+
 def _lags(lags: list[float], eval_every: int) -> tuple[float, float, float, float]:
     """(median, interval low, interval high, share within one evaluation) of step lags."""
     if not lags:
@@ -132,6 +145,10 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
         ends = [_ends(r.curves[key]) for r in runs]
         aurocs = ([_ends(r.curves.get(f"val/{label}_auroc", [])) for r in runs]
                   if label in MAPS else [])
+        # the parents' AUROC where each emerged seed emerged (issue 38's bar: >= 0.9 there)
+        at_em = ([_at(r.curves, f"val/{label}_auroc", r.emergence_step)
+                  for r in runs if r.emerged] if label in MAPS else [])
+        at_em = [v for v in at_em if math.isfinite(v)]
         censored = [rise for rise, r in zip(rises, runs) if not r.emerged]
         out.append({"curve": label, "seeds": len(runs), "emerged": len(emerged),
                     "risen": len(risen), "median_lag": lag[0], "lag_low": lag[1],
@@ -143,6 +160,7 @@ def row_mechanism(row: dict[str, Any]) -> list[dict[str, Any]]:
                     "even": finite_median(evens),
                     "auroc_start": finite_median([a for a, _ in aurocs]),
                     "auroc_end": finite_median([b for _, b in aurocs]),
+                    "auroc_at": at_em,
                     "censored": len(censored),
                     "censored_risen": sum(rise is not None for rise in censored)})
     return out
@@ -192,6 +210,15 @@ def _num(x: float, digits: int = 2) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
+def _at_emergence(values: list[float]) -> str:
+    """Median (min-max) of the emerged seeds' AUROC at emergence, and how many reach 0.9."""
+    if not values:
+        return "-"
+    ranged = "" if len(values) == 1 else f" ({min(values):.2f}-{max(values):.2f})"
+    return (f"{finite_median(values):.2f}{ranged}, "
+            f"{sum(v >= AUROC_BAR for v in values)}/{len(values)} >= {AUROC_BAR}")
+
+
 LAG_NOTE = (
     "Alignment rise: the first evaluation at which the pattern curve (intervention: the "
     "intervention map's mass on the parents, any mixer, what the verdicts read; influence: "
@@ -217,7 +244,9 @@ LAG_NOTE = (
     "parent could be at: on a state task, the previous state's tokens) by the "
     "map, step 0 -> last evaluation (medians over every seed): 0.5 ranks the parents no "
     "higher than the rest, 1 puts them above every other candidate; a map can rank them "
-    "first while spreading most of its mass elsewhere.")
+    "first while spreading most of its mass elsewhere. AUROC at emergence: each emerged "
+    "seed's at its emergence step (the last measured at or before it), median (min-max) "
+    f"over the emerged seeds, and how many reach {AUROC_BAR}.")
 PATCH_NOTE = (
     "Attention patching (bench patch, pre = the last kept checkpoint on "
     "the plateau: its end in runs that kept it, post = the first at or after "
@@ -245,7 +274,7 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                              _num(m["half_coincide"]),
                              f"{_num(m['start'])} -> {_num(m['end'])}", _num(m["even"]),
                              f"{_num(m['auroc_start'])} -> {_num(m['auroc_end'])}"
-                             if m["curve"] in MAPS else "-",
+                             if m["curve"] in MAPS else "-", _at_emergence(m["auroc_at"]),
                              f"{m['censored_risen']}/{m['censored']}"])
         p = patch_summary(row)
         if p:
@@ -263,7 +292,8 @@ def mechanism_markdown(rows: list[dict[str, Any]]) -> list[str]:
                               "lag interval", "coincide", "rho", "p",
                               "lag to the metric's half-rise", "coincide (half-rise)",
                               "start -> end (all seeds)", "no preference",
-                              "parents' AUROC start -> end", "risen/not emerged"], lag_rows)]
+                              "parents' AUROC start -> end", "AUROC at emergence",
+                              "risen/not emerged"], lag_rows)]
     if patch_rows:
         lines += ["", PATCH_NOTE, "",
                   *markdown.table(["task", "architecture", "on plateau/patched", "heads",

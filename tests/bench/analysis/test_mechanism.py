@@ -6,7 +6,7 @@ import math
 import pytest
 import yaml
 
-from bench.analysis.mechanism import even_mass, rise_step, row_mechanism
+from bench.analysis.mechanism import _at_emergence, even_mass, rise_step, row_mechanism
 from bench.api import sweep
 from bench.sweeps.results import read_results
 from tests.bench.conftest import TINY
@@ -57,6 +57,16 @@ def test_lags_per_row():
               for r, a in zip(runs, (0.9, 1.0, 0.95, 0.55, 0.6))]
     (m,) = row_mechanism({"runs": records(ranked), "job_config": {"train": {"eval_every": 50}}})
     assert (m["auroc_start"], m["auroc_end"]) == (pytest.approx(0.5), pytest.approx(0.9))
+    # at emergence (100, 150, 200): the last AUROC measured at or before it (steps 0-100 here)
+    assert m["auroc_at"] == pytest.approx([0.9, 1.0, 0.95])
+    # a map measured every other evaluation is NaN between: the value before stands
+    sparse = [{**r, "curves": {**r["curves"], "val/influence_auroc": [0.5, 0.7, math.nan, 0.95,
+                                                                      math.nan]}}
+              for r in runs]
+    (m,) = row_mechanism({"runs": records(sparse), "job_config": {"train": {"eval_every": 50}}})
+    assert m["auroc_at"] == pytest.approx([0.7, 0.95, 0.95])
+    assert _at_emergence(m["auroc_at"]) == "0.95 (0.70-0.95), 2/3 >= 0.9"
+    assert _at_emergence([]) == "-" and _at_emergence([0.8]) == "0.80, 0/1 >= 0.9"
 
 
 def test_a_pattern_rising_with_the_metric_leads_the_threshold_but_not_the_half_rise():
