@@ -88,13 +88,14 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
           overrides: list[str] | None = None, progress: bool = False,
           rows: list[str] | None = None,
           reuse: list[str | Path] | None = None,
-          reuse_tuning: list[str | Path] | None = None) -> dict[str, Any]:
+          reuse_tuning: list[str | Path] | None = None,
+          tune_only: bool = False) -> dict[str, Any]:
     """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
     the spec, without `.yaml`) and write its leaderboard; `rows` (config hashes or prefixes)
     keeps only those rows and their tuning runs; `reuse` (sweep directories): their finished
     runs of the same job ids are copied in instead of trained, and the table says so;
     `reuse_tuning`: the same for the tuning runs only (their rates stand, the reported runs train
-    again: a rerun under a changed measurement). Returns
+    again: a rerun under a changed measurement); `tune_only`: the tuning runs only. Returns
     {name, out, counts (jobs per status), leaderboard (the path of leaderboard.md, None before
     any reported job finished)}."""
     from .analysis.leaderboard import reported, write_leaderboard
@@ -109,7 +110,7 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
     keep = row_filter(parsed, rows)  # before anything is written
     counts = run_sweep(parsed, out, executor, workers, options or {}, progress, keep=keep,
                        reuse=[Path(r) for r in reuse or []],
-                       reuse_tuning=[Path(r) for r in reuse_tuning or []])
+                       reuse_tuning=[Path(r) for r in reuse_tuning or []], tune_only=tune_only)
     spec_dict, results = read_results(out)
     shown = bool(reported(results, spec_dict))  # none while every reported job failed
     if shown:

@@ -80,17 +80,23 @@ def sweep(
         help="a sweep directory whose finished tuning runs of the same job ids are copied in: "
              "their rates stand and the reported runs train again (a rerun under a changed "
              "measurement); repeatable")] = None,
+    tune_only: Annotated[bool, typer.Option(
+        "--tune-only", help="run the tuning runs only (`bench status` then shows each rate's "
+                            "runs); a later run without it trains the reported seeds")] = False,
 ) -> None:
     """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
     from .api import sweep as run
 
     done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress,
-               row or [], reuse or [], reuse_tuning or [])
+               row or [], reuse or [], reuse_tuning or [], tune_only)
     out, counts = done["out"], done["counts"]
     if done["leaderboard"]:
         print(done["leaderboard"].read_text())
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     print(f"sweep {done['name']}: {summary}; results in {out}/results.sqlite")
+    if tune_only and not counts["failed"]:
+        print(f"tuning runs only: `bench status {out}` shows each rate's runs; `bench sweep "
+              f"{spec}` without --tune-only trains the reported seeds at the rates they chose")
     if counts["failed"]:
         print(f"error: {counts['failed']} job(s) failed; `bench status {out}` lists them, "
               "a rerun retries them", file=sys.stderr)

@@ -31,12 +31,14 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
               options: dict[str, Any] | None = None, progress: bool = True,
               keep: Callable[[RunConfig], bool] | None = None,
               reuse: list[Path] | tuple[Path, ...] = (),
-              reuse_tuning: list[Path] | tuple[Path, ...] = ()) -> dict[str, int]:
+              reuse_tuning: list[Path] | tuple[Path, ...] = (),
+              tune_only: bool = False) -> dict[str, int]:
     """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
     per status. `reuse`: sweep directories whose finished runs of the same job ids are copied
     in instead of trained (recorded in the database's meta, said above the table);
     `reuse_tuning`: the same for the tuning runs only (the rates they chose stand; the reported
-    runs train again, as when a measurement changed)."""
+    runs train again, as when a measurement changed). `tune_only`: the tuning runs only (to
+    look at them, say whether a row is near its budget, before any reported seed trains)."""
     from .executors import resolve_executor
 
     options = options or {}
@@ -47,6 +49,9 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     jobs = kept(every)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
+    if tune_only and not spec.tune:
+        raise ConfigError(f"--tune-only: {spec.name} tunes no learning rate (no `tune:`), so "
+                         "it has no tuning runs")
     if reuse_tuning and not spec.tune:
         raise ConfigError(f"--reuse-tuning: {spec.name} tunes no learning rate (no `tune:`), so "
                          "it has no tuning runs to reuse")
@@ -62,6 +67,8 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
         if tuning:  # first the tuning seeds; their results choose each row's rate
             _run_jobs(tuning, out, runner, workers, options, progress, meta, f"{spec.name} (tune)",
                       reuse=[*reuse, *reuse_tuning], expect=reuse_tuning)
+            if tune_only:
+                return _counts(out)
             db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
             try:
                 ids = {job.job_id() for job in tuning}

@@ -243,6 +243,34 @@ def test_reuse_tuning_copies_only_the_tuning_runs_and_the_reported_runs_train_ag
             and ": 0 of the reported runs and 2 not reported (tuning runs" in markdown)
 
 
+def test_tune_only_runs_the_tuning_runs_and_a_later_sweep_trains_the_reported_seeds(spec_file,
+                                                                                      cli):
+    """A look at the tuning runs (is a row near its budget?) before any reported seed trains."""
+    mixer = [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}]
+    train = {k: v for k, v in {**TINY["train"], "max_steps": 60}.items() if k != "lr"}
+    plain = spec_file("plain", seeds=1, archs=mixer, train={**train, "lr": 0.003})
+    code, captured = cli("sweep", str(plain), "--tune-only", "--no-progress")
+    assert code == 2 and "--tune-only: tiny tunes no learning rate" in captured.err
+    assert not plain.with_suffix("").exists()  # nothing written
+    tuned = spec_file("tuned", seeds=1, archs=mixer, train=train,
+                      tune={"lr": [0.003, 0.01], "seeds": 1})
+    out = tuned.with_suffix("")
+    code, captured = cli("sweep", str(tuned), "--tune-only", "--no-progress")
+    assert code == 0 and "tuning runs only: `bench status" in captured.out
+    db = sqlite3.connect(out / "results.sqlite")
+    rows = db.execute("SELECT seed, status, finished_at FROM jobs").fetchall()
+    assert sorted(r[0] for r in rows) == [1000, 1000]  # the two rates' tuning runs, nothing else
+    assert all(r[1] in ("emerged", "censored") for r in rows)
+    assert not (out / "leaderboard.md").exists()  # no reported run to tabulate
+    code, captured = cli("status", str(out))
+    assert code == 0 and "2/2 finished" in captured.out
+    assert cli("sweep", str(tuned), "--no-progress")[0] == 0  # the reported seed, at its rate
+    after = db.execute("SELECT seed, finished_at FROM jobs").fetchall()
+    assert sorted(r[0] for r in after) == [0, 1000, 1000]
+    assert {r[2] for r in rows} == {f for seed, f in after if seed == 1000}  # not retrained
+    assert (out / "leaderboard.md").exists()
+
+
 def test_leaderboard_and_status_of_a_directory_without_results_are_clear_errors(tmp_path, cli):
     for command in ("leaderboard", "status"):
         code, captured = cli(command, str(tmp_path))
