@@ -316,6 +316,7 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
              if run.influence and run.influence.maps and run.attention_target]
     if not shown:
         return False
+    many_tasks = len({row["task"] for row, _ in shown}) > 1
     plt = pyplot()
     fig, grid = plt.subplots(len(shown), 5, figsize=(16, 2.9 * len(shown)), squeeze=False)
     for (row, run), axes in zip(shown, grid):
@@ -350,7 +351,8 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
                 continue
             image = ax.imshow(m, cmap="viridis", aspect="auto", vmin=0)
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
-        axes[0].set_ylabel(f"{row['architecture']}\nseed {run.seed}\n"
+        task = f"{row['task'].split('(')[0]}\n" if many_tasks else ""  # which task's row
+        axes[0].set_ylabel(f"{task}{row['architecture']}\nseed {run.seed}\n"
                            "scored position", fontsize=7)
         for ax in axes:
             ax.set_xlabel("input position", fontsize=7)
