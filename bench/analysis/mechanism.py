@@ -316,7 +316,7 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
              if run.influence and run.influence.maps and run.attention_target]
     if not shown:
         return False
-    many_tasks = len({row["task"] for row, _ in shown}) > 1
+    many_tasks = len({row.get("task") for row, _ in shown}) > 1
     plt = pyplot()
     fig, grid = plt.subplots(len(shown), 5, figsize=(16, 2.9 * len(shown)), squeeze=False)
     for (row, run), axes in zip(shown, grid):

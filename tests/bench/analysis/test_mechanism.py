@@ -181,3 +181,11 @@ def test_the_influence_figure_shows_a_row_that_never_emerged(tmp_path, monkeypat
                             [{"architecture": "gdn", "runs": records([run])}])
     titles = [ax.get_title() for ax in drawn[0].axes if ax.get_title()]
     assert titles[2:4] == ["intervention, step 0", "intervention, step 400 (last; never emerged)"]
+    # a board of two tasks names each row's task beside its mixer; one task needs no name
+    assert drawn[0].axes[0].get_ylabel().startswith("gdn\n")
+    drawn.clear()
+    assert influence_figure(tmp_path / "influence.png",
+                            [{"architecture": "gdn", "task": t, "runs": records([run])}
+                             for t in ("linear_map(state_size=3)", "cellular_automaton(n=3)")])
+    labels = [ax.get_ylabel() for ax in drawn[0].axes if ax.get_ylabel()]
+    assert [label.split("\n")[0] for label in labels] == ["linear_map", "cellular_automaton"]
