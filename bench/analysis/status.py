@@ -47,6 +47,16 @@ def estimate_remaining(rows: list[dict[str, Any]], labels: list[tuple[str, str]]
     return total / max(1, workers)
 
 
+def _steps(group: dict[str, Any]) -> str:
+    """The finished jobs' steps to emergence, sorted, the censored as "> budget" (is a row near
+    its budget? what `bench sweep --tune-only` is for)."""
+    shown = [f"{s:,}" for s in sorted(group["steps"])]
+    for budget in sorted(set(group["censored"])):
+        n = group["censored"].count(budget)
+        shown.append(f"> {budget:,}" + (f" x{n}" if n > 1 else ""))
+    return ", ".join(shown) or "-"
+
+
 def sweep_status(out: Path) -> dict[str, Any]:
     db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:
@@ -69,13 +79,18 @@ def sweep_status(out: Path) -> dict[str, Any]:
     groups: dict[tuple[str, str, float], dict[str, Any]] = {}
     for r, config, (task, arch) in zip(rows, configs, labels):
         g = groups.setdefault((task, arch, r["lr"]), {"jobs": 0, "done": 0, "emerged": 0,
-                                                      "running": 0, "failed": 0,
+                                                      "running": 0, "failed": 0, "steps": [],
+                                                      "censored": [],
                                                       "config": group_key(config)})
         g["jobs"] += 1
         g["done"] += r["status"] in FINISHED
         g["emerged"] += r["status"] == "emerged"
         g["running"] += r["status"] == "running"
         g["failed"] += r["status"] == "failed"
+        if r["status"] == "emerged":
+            g["steps"].append(r["steps_to_emergence"])
+        elif r["status"] == "censored":
+            g["censored"].append(r["steps"])
 
     lines = [f"sweep {name}: {done}/{len(rows)} finished ("
              + ", ".join(f"{counts[s]} {s}" for s in FINISHED) + f"), {counts['failed']} failed, "
@@ -88,10 +103,12 @@ def sweep_status(out: Path) -> dict[str, Any]:
         state = "complete" if done == len(rows) else "stopped; `bench sweep` again to resume"
         lines.append(f"not running ({state})"
                      + (f"; ran {_duration(elapsed)}" if elapsed is not None else ""))
-    header = ["task", "architecture", "lr", "done", "emerged", "running", "failed", "config"]
+    header = ["task", "architecture", "lr", "done", "emerged", "steps to emergence", "running",
+              "failed", "config"]
     lines += ["", *markdown.table(header, [
-        [task, f"`{arch}`", f"{lr:g}", f"{g['done']}/{g['jobs']}", g["emerged"], g["running"],
-         g["failed"], f"`{g['config']}`"] for (task, arch, lr), g in groups.items()])]
+        [task, f"`{arch}`", f"{lr:g}", f"{g['done']}/{g['jobs']}", g["emerged"], _steps(g),
+         g["running"], g["failed"], f"`{g['config']}`"]
+        for (task, arch, lr), g in groups.items()])]
     for r in rows:
         if r["status"] == "running":
             what = "running" if live else "interrupted"

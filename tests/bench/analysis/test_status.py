@@ -36,3 +36,12 @@ def test_a_resumed_job_counts_its_own_wall_time_and_a_running_one_what_is_left()
     left = eta(rows, workers=1, now=1000)
     assert left == pytest.approx((1000 - 300) + 400 + (1000 + 400) / 2)
     assert eta([job("mamba", "pending")], workers=2, now=0) is None
+
+
+def test_each_row_lists_its_steps_to_emergence_and_its_censored_runs_at_their_budget():
+    """What a look at tuning runs (bench sweep --tune-only) needs: is a row near its budget?"""
+    from bench.analysis.status import _steps
+
+    assert _steps({"steps": [1200, 850], "censored": [4000, 4000]}) == "850, 1,200, > 4,000 x2"
+    assert _steps({"steps": [], "censored": [4000]}) == "> 4,000"
+    assert _steps({"steps": [], "censored": []}) == "-"

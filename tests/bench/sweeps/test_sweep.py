@@ -264,6 +264,7 @@ def test_tune_only_runs_the_tuning_runs_and_a_later_sweep_trains_the_reported_se
     assert not (out / "leaderboard.md").exists()  # no reported run to tabulate
     code, captured = cli("status", str(out))
     assert code == 0 and "2/2 finished" in captured.out
+    assert "steps to emergence" in captured.out  # each rate's, or "> budget" (_steps' test)
     assert cli("sweep", str(tuned), "--no-progress")[0] == 0  # the reported seed, at its rate
     after = db.execute("SELECT seed, finished_at FROM jobs").fetchall()
     assert sorted(r[0] for r in after) == [0, 1000, 1000]
