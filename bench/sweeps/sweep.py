@@ -49,12 +49,10 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     jobs = kept(every)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
-    if tune_only and not spec.tune:
-        raise ConfigError(f"--tune-only: {spec.name} tunes no learning rate (no `tune:`), so "
-                         "it has no tuning runs")
-    if reuse_tuning and not spec.tune:
-        raise ConfigError(f"--reuse-tuning: {spec.name} tunes no learning rate (no `tune:`), so "
-                         "it has no tuning runs to reuse")
+    for flag, given in (("--tune-only", tune_only), ("--reuse-tuning", reuse_tuning)):
+        if given and not spec.tune:
+            raise ConfigError(f"{flag}: {spec.name} tunes no learning rate (no `tune:`), so it "
+                             "has no tuning runs")
     for source in [*reuse, *reuse_tuning]:  # refused before anything is written
         ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
     _print_checkpoint_cost([*tuning, *jobs], out)
