@@ -14,8 +14,10 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
   the end and where the outcome could turn on it);
 - the share of the analysis within it: the mixing-pattern maps (gradient and intervention)
   and the attention statistics' own arithmetic (recording the attention inside the forward pass
-  counts as evaluation); the maps are timed at every evaluation of the stretch and counted 1/k,
-  as they come every k-th evaluation at the default cadence (train.influence_every);
+  counts as evaluation); the maps are timed once per size, at the first stretch's screened
+  evaluation (their cost does not change between repeats, and at 1,024 tokens one map of the
+  slower mixers takes minutes), and counted 1/k in every repeat, as they come every k-th
+  evaluation at the default cadence (train.influence_every);
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
 - per mixer, the exponent of step time against sequence length (a log-log fit over the lengths);
@@ -139,9 +141,11 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
     steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
     lightning, plain, gen, evals, wholes, analyses, leaks = [], [], [], [], [], [], []
+    map_s = None  # the maps are timed in the first stretch only: at 1,024 tokens one map of the
+    # slower mixers takes a quarter of an hour of forward passes, the same in every repeat
     for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
-        step_s, eval_s, whole_s, analysis_s, leak_s = lightning_stretch(
-            cfg, module, maps, task, warmup, steps, accelerator)
+        step_s, eval_s, whole_s, analysis_s, leak_s, map_s = lightning_stretch(
+            cfg, module, maps, task, warmup, steps, accelerator, map_s)
         lightning.append(step_s)  # median step time, robust to this machine's hiccups
         evals.append(eval_s)
         wholes.append(whole_s)
@@ -216,11 +220,14 @@ class BareLoop:
         return durations, gen
 
 
-def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelerator: str):
+def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelerator: str,
+                      map_s: float | None = None):
     """Train warmup + steps through the runner's Trainer with two evaluations inside: at a third
     a screened one, as a run makes at almost every cadence point, and at two thirds a whole one;
     return (median seconds per timed step, seconds of the screened evaluation, of the whole one,
-    of the analysis within the screened one, and of the leak check within the whole one)."""
+    of the analysis within the screened one, of the leak check within the whole one, and of one
+    measurement of the maps). With `map_s` (seconds a previous stretch measured) the maps are
+    not measured again: that figure stands in for them."""
     import dataclasses
 
     from lightning.pytorch.callbacks import Callback
@@ -251,7 +258,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
         def on_validation_start(self, trainer, pl_module):
             # the maps are measured once, at the screened evaluation (the step-0 and the whole
             # one would measure them again at the same cost, for no number the report uses)
-            measured = not trainer.sanity_checking and not self.evals
+            measured = not trainer.sanity_checking and not self.evals and map_s is None
             maps.train = train if measured else quiet
             # analysis: the module's attention statistics and the maps callback's maps
             self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s + maps.seconds
@@ -267,7 +274,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
             if not trainer.sanity_checking:  # the step-0 evaluation is not part of the cadence
                 # the maps count 1/k at either evaluation: they come every k-th time
                 if not self.evals:
-                    self.map_s = maps.seconds - self.i0
+                    self.map_s = maps.seconds - self.i0 if map_s is None else map_s
                 share = self.map_s / every_k - (maps.seconds - self.i0)
                 self.evals.append((time.perf_counter() - self.v0 + share,
                                    pl_module.analysis_s + maps.seconds - self.a0 + share,
@@ -289,7 +296,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
     maps.every, maps.train = every_k, train
     (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
-    return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak
+    return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak, timer.map_s
 
 
 # --- seeds per hour ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.tools import perf
 from bench.tools.perf import BareLoop
 from bench.training.config import load_run_config
 from bench.training.lightning_module import EmergenceModule
@@ -52,6 +53,19 @@ def test_compile_is_a_speed_knob_not_part_of_the_job():
     compiled = load_run_config({**SMALL, "train": {**SMALL["train"], "compile": True}})
     assert compiled.train.compile and compiled.job_id() == plain.job_id()
     assert dataclasses.asdict(compiled) != dataclasses.asdict(plain)
+
+
+def test_the_maps_are_measured_once_per_size_and_counted_in_every_repeat(monkeypatch):
+    import bench.measures.maps as maps_module
+
+    calls = []
+    measure = maps_module.intervention_map
+    monkeypatch.setattr(maps_module, "intervention_map",
+                        lambda *a, **k: calls.append(1) or measure(*a, **k))
+    cfg = load_run_config(SMALL)
+    row = perf._measure(cfg, repeats=3, target_s=0.01, warmup=1, accelerator="cpu")
+    assert len(calls) == 1  # one measurement for the three stretches
+    assert 0 < row["analysis_share"] < row["eval_share"] < 1
 
 
 def test_perf_writes_a_complete_report(cli, tmp_path):
