@@ -141,8 +141,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
     steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
     lightning, plain, gen, evals, wholes, analyses, leaks = [], [], [], [], [], [], []
-    map_s = None  # the maps are timed in the first stretch only: at 1,024 tokens one map of the
-    # slower mixers takes a quarter of an hour of forward passes, the same in every repeat
+    map_s = None  # the maps' seconds, timed in the first stretch only (module docstring)
     for _ in range(repeats):  # the two paths alternate; each stretch is summarised by the
         step_s, eval_s, whole_s, analysis_s, leak_s, map_s = lightning_stretch(
             cfg, module, maps, task, warmup, steps, accelerator, map_s)
