@@ -34,6 +34,8 @@ tens where nothing of the prediction changed).
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
 from torch import nn
 from torchmetrics.functional.classification import binary_auroc
@@ -41,8 +43,10 @@ from torchmetrics.functional.classification import binary_auroc
 TOKEN_BUDGET = 1 << 16  # input tokens per forward-backward pass
 REPLACEMENTS = 4  # replacement values per position where a position takes more
 FORWARD_SHARE = 3  # a forward pass costs about a third of a forward-backward one
-SHARE = 0.05  # the automatic cadence keeps the map's gradient passes within this share of the
-# training sequences between two maps
+# the automatic cadence keeps the maps' passes within this share of the training sequences
+# between two maps (5% until 2026-12-05: the MLP-Mixer's evaluation plus analysis at 256 tokens
+# came to 12.4% of wall time, docs/performance.md)
+SHARE = Fraction(3, 100)
 
 
 def row_sample(n_scored: int, rows: int) -> torch.Tensor:
@@ -62,7 +66,7 @@ def cadence(size: int, rows: int, eval_every: int, batch_size: int, every: int =
     if every:
         return every
     cost = size * rows + -(-size * replaced // FORWARD_SHARE)
-    return max(1, -(-cost // max(1, int(SHARE * eval_every * batch_size))))
+    return max(1, -(-cost // (SHARE * eval_every * batch_size)))  # exact: no rounding
 
 
 def influence_map(model: nn.Module, embed: nn.Module, tokens: torch.Tensor,

@@ -2,12 +2,13 @@
 included, gets one at every evaluation, without touching the parameters' gradients."""
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
 from torch import nn
 
-from bench.measures.influence import alignment, cadence, influence_map, row_sample
+from bench.measures.influence import SHARE, alignment, cadence, influence_map, row_sample
 from bench.measures.run import train
 from bench.training.config import load_run_config
 from datamodules.states import state_candidates
@@ -113,28 +114,30 @@ def test_the_row_sample_is_even_fixed_and_whole_when_small():
 
 
 def test_the_automatic_cadence_keeps_the_map_within_its_share_of_training():
-    # 16 sequences x 8 rows = 128 passes; 5% of 50 steps x 64 sequences = 160: every time
-    assert cadence(16, 8, eval_every=50, batch_size=64) == 1
-    # at 8 sequences a step only 20 training sequences per evaluation are the share: every 7th
-    assert cadence(16, 8, eval_every=50, batch_size=8) == 7
+    assert SHARE == Fraction(3, 100)
+    # 16 sequences x 8 rows = 128 passes; 3% of 50 steps x 64 sequences = 96: every 2nd
+    assert cadence(16, 8, eval_every=50, batch_size=64) == 2
+    assert cadence(16, 8, eval_every=50, batch_size=512) == 1  # 768 sequences: every time
+    # at 8 sequences a step only 12 training sequences per evaluation are the share: every 11th
+    assert cadence(16, 8, eval_every=50, batch_size=8) == 11
     for size, rows, every, batch in ((16, 8, 50, 8), (4, 3, 10, 2), (64, 1000, 50, 64)):
         k = cadence(size, rows, every, batch)
-        assert size * rows <= 0.05 * k * every * batch + 1e-9  # within the share
-        assert k == 1 or size * rows > 0.05 * (k - 1) * every * batch  # and the smallest such
+        assert size * rows <= SHARE * k * every * batch + 1e-9  # within the share
+        assert k == 1 or size * rows > SHARE * (k - 1) * every * batch  # and the smallest such
     assert cadence(16, 8, 50, 8, every=2) == 2  # a set cadence is kept
     # the intervention map's copies count a third of a gradient pass each: 16 x 23 flips of a
-    # 12-token linear map's inputs = 123 more, 251 in all against 160: every 2nd
-    assert cadence(16, 8, eval_every=50, batch_size=64, replaced=23) == 2
+    # 12-token linear map's inputs = 123 more, 251 in all against 96: every 3rd
+    assert cadence(16, 8, eval_every=50, batch_size=64, replaced=23) == 3
 
 
 def test_sampled_rows_are_the_full_maps_rows_at_the_automatic_cadence(tmp_path):
     base = ["task.state_size=8", "task.sparsity=2", "task.n_states=2", "arch.name=mlp_mixer",
-            "arch.d_model=16", "train.eval_every=10", "train.max_steps=40", "train.batch_size=48",
+            "arch.d_model=16", "train.eval_every=10", "train.max_steps=40", "train.batch_size=80",
             "train.eval_size=64", "train.probe_size=16", "train.influence_size=8"]
     full = train(load_run_config([*base, "train.influence_rows=0", "train.influence_every=1"]),
                  tmp_path / "full", progress=False)
     # 8 sequences x 3 rows = 24 gradient passes and 8 x 15 flips (the intervention map's
-    # copies, a third each: 40) against 5% of 10 steps x 48 sequences = 24: every 3rd
+    # copies, a third each: 40) against 3% of 10 steps x 80 sequences = 24: every 3rd
     sampled = train(load_run_config([*base, "train.influence_rows=3"]), tmp_path / "sampled",
                     progress=False)
     assert sampled["curves"]["step"] == full["curves"]["step"] == [0, 10, 20, 30, 40]

@@ -89,9 +89,9 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
         # at batch 4 the screen is an eighth of the 200 sequences between two evaluations
         assert r["screen_rows"] == (128 + 64 if r["size"] == "quickstart" else 25 + 12)
         # the maps: 16 x 8 gradient passes and 16 x (L flips) copies at a third each, against
-        # 5% of 50 steps x 64 sequences = 160 (quickstart, L = 23: 251, every 2nd) or of 50 x 4
-        # = 10 (L = 31: 294, every 30th; L = 63: 464, every 47th)
-        assert r["influence_every"] == {"quickstart": 2, "32": 30, "64": 47}[r["size"]]
+        # 3% of 50 steps x 64 sequences = 96 (quickstart, L = 23: 251, every 3rd) or of 50 x 4
+        # = 6 (L = 31: 294, every 49th; L = 63: 464, every 78th)
+        assert r["influence_every"] == {"quickstart": 3, "32": 49, "64": 78}[r["size"]]
         assert r["lightning_tokens_per_s"] == pytest.approx(
             r["lightning_steps_per_s"] * r["batch_size"] * r["seq_tokens"])
     assert set(report["exponents"]) == {"mlp_mixer"}
