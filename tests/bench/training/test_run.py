@@ -37,6 +37,7 @@ def test_tiny_run_emerges_and_writes_its_result(tmp_path, cli):
     assert result["n_params"] > 0 and result["steps_per_s"] > 0
     assert {"torch", "lightning", "torchmetrics", "cpu"} <= set(result["versions"])
     assert result["versions"]["torch_threads"] == str(__import__("torch").get_num_threads())
+    assert result["versions"]["cpu_id"].startswith("cpu family ")  # a Linux CPU
     assert result["versions"]["cpu_capability"] == \
         __import__("torch").backends.cpu.get_cpu_capability()
     header = (out / "metrics.csv").read_text().splitlines()[0]
