@@ -58,8 +58,9 @@ def versions() -> dict[str, str]:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = "not installed"
-    found["cpu"] = cpu_model()
-    found["cpu_id"] = cpu_id()
+    cpu = cpuinfo()
+    found["cpu"] = cpu.get("model name") or platform.processor() or platform.machine()
+    found["cpu_id"] = cpu_id(cpu)
     found["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     found["torch_threads"] = str(torch.get_num_threads())
     return found
@@ -75,16 +76,11 @@ def cpuinfo() -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first)}
 
 
-def cpu_model() -> str:
-    return cpuinfo().get("model name") or platform.processor() or platform.machine()
-
-
-def cpu_id() -> str:
+def cpu_id(info: dict[str, str]) -> str:
     """Family, model, stepping and microcode: what can tell two VMs that both report "AMD EPYC"
     apart (2026-12-05: one 1-thread Mamba job emerged at 3,700 steps in one session and at 3,350
     in the next, the same data and initialisation, curves apart in the last digits from the
-    first evaluations; rerun in the second session it gave 3,350 again)."""
-    info = cpuinfo()
+    first evaluations; rerun in the second session it gave 3,350 again), from `cpuinfo()`."""
     return ", ".join(f"{k} {info[k]}" for k in ("cpu family", "model", "stepping", "microcode")
                      if k in info) or "?"
 
