@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .init import INITS, Init, gpt2_backbone, initialise
 from .protocols import UsesContext
 
 MAX_SIZE = 2**16  # any integer field of an architecture
@@ -36,8 +37,14 @@ class ArchConfig:
     """hidden width of each block's MLP as a multiple of D; 0 drops the MLP"""
     positional: bool = True
     """add learned absolute position embeddings to the token embeddings"""
+    init: Init = "reference"
+    """how the weights start: reference (the architecture's reference implementation, see
+    architectures/init.py), torch (PyTorch's module defaults: the boards before 2026-12-07) or
+    embedding (torch with the token embedding at N(0, 0.02): a measurement arm)"""
 
     def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ValueError(f"init: must be one of {', '.join(INITS)}, got {self.init!r}")
         self.require_at_least(1, "d_model", "n_layers")
         self.require_at_least(0, "mlp_ratio")
         for f in fields(self):  # every size has a ceiling (memory is estimated before a run)
@@ -67,6 +74,12 @@ class ArchConfig:
         `pattern` is the task's (L, L) ground truth, for mixers that use it.
         """
         raise NotImplementedError
+
+    def reference_init(self, model: Backbone) -> None:
+        """`init=reference` on a built model: the backbone as GPT-2 / nanoGPT starts it; the
+        mixer keeps its own initialisation (a plug-in's default). Each built-in overrides this
+        with its reference implementation's, and names it."""
+        gpt2_backbone(model)
 
 
 @dataclass
@@ -121,6 +134,7 @@ class Backbone(nn.Module):
         )
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab_size)
+        initialise(self, config.init, config)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)  # (B, L, D)

@@ -18,7 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import GatedRMSNorm, RecurrentConfig, lazy_op, pick_path, require_fused, short_conv
+from .backbone import (
+    Backbone,
+    GatedRMSNorm,
+    RecurrentConfig,
+    lazy_op,
+    pick_path,
+    require_fused,
+    short_conv,
+)
+from .init import STD
 from .protocols import ReportsKernelPath
 
 # fla's ops, imported on first use: the fused kernel needs CUDA at run time, the naive op any device
@@ -53,6 +62,20 @@ class GatedDeltaNetConfig(RecurrentConfig):
         dv = int(self.head_dim * self.expand_v)
         conv = (2 * self.head_dim + dv) * self.n_heads * (self.conv_size - 1)
         return self.n_heads * self.head_dim * dv + conv  # one K x V matrix per head + conv windows
+
+    @torch.no_grad()
+    def reference_init(self, model: Backbone) -> None:
+        """fla's GatedDeltaNetForCausalLM (`GatedDeltaNetPreTrainedModel._init_weights`, fla
+        0.6, initializer_range 0.02, no residual rescaling by default): every Linear and Conv1d
+        (the short convolutions included) N(0, 0.02), biases 0, the embedding N(0, 0.02), norms
+        1 and 0; A_log and dt_bias as the layer draws them."""
+        for m in model.modules():
+            if isinstance(m, (nn.Linear, nn.Conv1d, nn.Embedding)):
+                nn.init.normal_(m.weight, std=STD)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+        if model.pos is not None:
+            nn.init.normal_(model.pos, std=STD)
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return GatedDeltaNet(self)

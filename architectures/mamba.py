@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import RecurrentConfig, lazy_op, pick_path, require_fused
+from .backbone import Backbone, RecurrentConfig, lazy_op, pick_path, require_fused
+from .init import STD, kaiming_rescaled_, mlp_outputs, residual_branches, zero_biases
 from .protocols import ReportsKernelPath
 
 # mamba_ssm's CUDA scan (the `gpu` extra), imported on first use; None without its extension
@@ -44,6 +45,23 @@ class MambaConfig(RecurrentConfig):
     def memory_per_layer(self, seq_len: int) -> int:
         d_inner = self.expand * self.d_model
         return d_inner * self.d_state + d_inner * (self.d_conv - 1)  # SSM state + conv window
+
+    @torch.no_grad()
+    def reference_init(self, model: Backbone) -> None:
+        """mamba_ssm's MambaLMHeadModel (`_init_weights` in models/mixer_seq_simple.py, over
+        the layer's own dt / A_log / D initialisation): the embedding N(0, 0.02); every Linear
+        bias 0 but dt_proj's (`_no_reinit`); out_proj and the MLP's fc2 Kaiming-uniform / sqrt(
+        n_residuals_per_layer x n_layer) (2 residuals a layer with an MLP, else 1); every other
+        weight as PyTorch and the layer draw it. The head: mamba_ssm's tied embedding,
+        N(0, 0.02)."""
+        nn.init.normal_(model.embed.weight, std=STD)
+        if model.pos is not None:
+            nn.init.normal_(model.pos, std=STD)
+        zero_biases(model, keep=tuple(block.mixer.dt_proj.bias for block in model.blocks))
+        n = residual_branches(model)
+        for weight in [block.mixer.out_proj.weight for block in model.blocks] + mlp_outputs(model):
+            kaiming_rescaled_(weight, n)
+        nn.init.normal_(model.head.weight, std=STD)
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return Mamba(self)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .backbone import ArchConfig
+from .backbone import ArchConfig, Backbone
+from .init import gpt2_backbone
 
 
 @dataclass
@@ -33,6 +34,25 @@ class MLPMixerConfig(ArchConfig):
 
     def memory_per_layer(self, seq_len: int) -> int:
         return seq_len * self.d_model  # every past input is read again
+
+    @torch.no_grad()
+    def reference_init(self, model: Backbone) -> None:
+        """timm's MlpMixer (`timm.models.mlp_mixer._init_weights`, the default, non-JAX
+        variant), the most used public implementation: the token-mixing matrices and every
+        channel Linear xavier-uniform, the token- and channel-MLP biases N(0, 1e-6), other biases
+        0; the causal mask as before. Embedding, norms and head: the shared GPT-2 backbone
+        (timm's image stem and zero classifier head have no counterpart here)."""
+        gpt2_backbone(model)
+        for block in model.blocks:
+            mix = block.mixer
+            for h in range(mix.weight.shape[0]):
+                nn.init.xavier_uniform_(mix.weight[h])  # (L, L): U(+-sqrt(3 / L))
+            nn.init.normal_(mix.bias, std=1e-6)
+            nn.init.xavier_uniform_(mix.proj.weight)
+            nn.init.zeros_(mix.proj.bias)
+            for layer in (block.mlp or [])[1::2]:  # Linear, GELU, Linear after the norm
+                nn.init.xavier_uniform_(layer.weight)
+                nn.init.normal_(layer.bias, std=1e-6)
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return CausalTokenMixing(self.d_model, self.n_heads, seq_len)

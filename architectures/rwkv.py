@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import RecurrentConfig, lazy_op, pick_path, require_fused
+from .backbone import Backbone, RecurrentConfig, lazy_op, pick_path, require_fused
+from .init import STD, mlp_inputs, mlp_outputs
 from .protocols import ReportsKernelPath, UsesContext
 
 # fla's ops, imported on first use: the fused kernel needs CUDA at run time, the naive op any device
@@ -49,6 +50,27 @@ class RWKV7Config(RecurrentConfig):
 
     def memory_per_layer(self, seq_len: int) -> int:
         return self.d_model * self.head_dim + self.d_model  # K x K per head + the shifted token
+
+    @torch.no_grad()
+    def reference_init(self, model: Backbone) -> None:
+        """fla's RWKV7ForCausalLM (`RWKV7PreTrainedModel._init_weights`, after RWKV-LM's v7
+        train_temp): the embedding U(-1e-4, 1e-4); the head orthogonal with gain 0.5 sqrt(V / D)
+        where V > D, else 0.5; the layer's own initialisation (RWKV7Attention's, as built here);
+        the MLP as RWKV7FeedForward: its input layer orthogonal, its output layer 0; biases 0."""
+        nn.init.uniform_(model.embed.weight, -1e-4, 1e-4)
+        if model.pos is not None:
+            nn.init.normal_(model.pos, std=STD)
+        V, D = model.head.weight.shape
+        nn.init.orthogonal_(model.head.weight, gain=0.5 * math.sqrt(V / D) if V > D else 0.5)
+        nn.init.zeros_(model.head.bias)
+        for layer in mlp_inputs(model):
+            nn.init.orthogonal_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        for weight in mlp_outputs(model):
+            nn.init.zeros_(weight)
+        for block in model.blocks:
+            if block.mlp is not None:
+                nn.init.zeros_(block.mlp[-1].bias)
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return RWKV7Attention(self, layer_idx)

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import ArchConfig
+from .backbone import ArchConfig, Backbone
+from .init import gpt2_, gpt2_backbone
 from .protocols import PatchesAttention
 
 
@@ -37,6 +38,14 @@ class TransformerConfig(ArchConfig):
 
     def score_matrices(self, seq_len: int) -> int:
         return self.n_heads
+
+    def reference_init(self, model: Backbone) -> None:
+        """GPT-2 / nanoGPT (transformers' GPT2PreTrainedModel._init_weights, nanoGPT's
+        model.py): every weight N(0, 0.02), biases 0, the attention and MLP output projections
+        at 0.02 / sqrt(2 n_layers)."""
+        for block in model.blocks:
+            gpt2_(block.mixer)
+        gpt2_backbone(model, [block.mixer.out.weight for block in model.blocks])
 
     def mixer(self, seq_len: int, pattern: torch.Tensor, layer_idx: int = 0) -> nn.Module:
         return CausalSelfAttention(

@@ -27,6 +27,9 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     train = {k: v for k, v in config.get("train", {}).items() if k not in OPERATIONAL}
     out = {k: v for k, v in config.items()  # no warm-up: ids as before the field existed
            if k != "plugins" and not (k == "pretrain" and v is None)} | {"train": train}
+    if "arch" in config and config["arch"].get("init", "torch") == "torch":
+        # PyTorch's defaults, what every record before the field ran: their ids as they were
+        out["arch"] = {k: v for k, v in config["arch"].items() if k != "init"}
     if "emergence" in config:
         out["emergence"] = {k: v for k, v in config["emergence"].items()
                             if k not in MEASUREMENT_ONLY}
