@@ -9,6 +9,7 @@ from typing import Any
 
 from datamodules import TASKS
 
+from ..core.record import TORCH_INIT
 from ..core.schema import field_defaults
 from ..sweeps.axes import AxisError, axis_value, derived_axis
 
@@ -39,8 +40,8 @@ def task_label(task: dict[str, Any]) -> str:
 def arch_defaults(name: str, recorded: Recorded | None = None) -> dict[str, Any] | None:
     """The recorded defaults of an architecture, else its config class's (this imports the
     architectures, and torch); None for a plug-in that is not importable here."""
-    if recorded and name in recorded:
-        return recorded[name]
+    if recorded and name in recorded:  # a database from before `init` ran PyTorch's defaults
+        return {"init": TORCH_INIT} | recorded[name]
     return _class_defaults(name)
 
 

@@ -109,8 +109,10 @@ def _factor_lines(left, right, axis: str, groups) -> None:
             right.scatter(*zip(*((x, y) for x, y, n in zip(xs, ys, never) if n)), marker="x",
                           s=60, color=line.get_color(), zorder=3)
     values = sorted({v[0] for g in groups.values() for v, _ in g})
-    # a log axis where the values are positive and span a factor of 8 or more
-    log = derived is not None or (len(values) > 2 and values[0] > 0
+    # a log axis where the values are positive numbers and span a factor of 8 or more (a named
+    # axis such as arch.init is categorical)
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    log = derived is not None or (numeric and len(values) > 2 and values[0] > 0
                                   and values[-1] / values[0] >= 8)
     for ax in (left, right):
         ax.set_xlabel(derived[1] if derived else axis)

@@ -152,6 +152,7 @@ class RunRecord:
         missing = sorted(names - set(values) - set(cls.POST_HOC))
         if missing:
             raise ConfigError(f"run record: missing fields {missing}")
+        values["config"] = upgrade_config(values["config"])
         values["accuracy"] = Accuracy(**(values["accuracy"] or {}))
         for key in ("influence", "intervention"):
             if values.get(key) is not None:
@@ -211,6 +212,18 @@ class RunRecord:
 
 
 OPTIONAL = ("influence", "intervention", "attention_target")
+
+TORCH_INIT = "torch"
+"""`arch.init` of a run recorded before the field existed: PyTorch's module defaults"""
+
+
+def upgrade_config(config: Any) -> Any:
+    """A stored run config as today's fields read it: one without `arch.init` ran PyTorch's
+    defaults (`torch`, which job ids leave out, so its id is unchanged)."""
+    if isinstance(config, dict) and isinstance(config.get("arch"), dict) \
+            and "init" not in config["arch"]:
+        return {**config, "arch": {**config["arch"], "init": TORCH_INIT}}
+    return config
 """fields records from before they existed lack (read as None)"""
 
 

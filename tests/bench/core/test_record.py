@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.core.errors import ConfigError
-from bench.core.record import MixingMaps, RunRecord
+from bench.core.record import MixingMaps, RunRecord, upgrade_config
+from bench.core.rows import job_id
 from tests.records import NEUTRAL, record
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +28,11 @@ def test_every_committed_record_reads_and_writes_back_the_same_values():
     for db, data in committed_results():
         out = RunRecord.from_json(data).to_json()
         kept = {k: v for k, v in data.items() if not (v is None and k in OPTIONAL_NONE)}
+        # the one upgrade: a record from before arch.init ran PyTorch's defaults
+        assert out["config"]["arch"]["init"] == data["config"]["arch"].get("init", "torch")
+        kept["config"] = upgrade_config(kept["config"])
         assert json.dumps(out, sort_keys=True) == json.dumps(kept, sort_keys=True), db
+        assert job_id(out["config"]) == job_id(data["config"]) == data["job_id"], db
         seen += 1
     assert seen > 800  # every committed board's runs
 
