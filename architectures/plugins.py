@@ -180,7 +180,6 @@ def check_causal(mixer: nn.Module, x: torch.Tensor, label: str, chunk: int | Non
                                 f"input {q}")
 
 
-INTERVENTION_ROUNDS = 2  # calls per (mode, grad setting, batch size), each at another cut
 MAX_CHECK_BATCH = 64  # a larger run batch is checked at this size (the same code path)
 
 
@@ -188,37 +187,77 @@ def check_intervened(mixer: nn.Module, L: int, D: int, label: str,
                      batch_sizes: tuple[int, ...]) -> None:
     """Causality and batch independence by intervention, as training and evaluation call the
     mixer: in train and eval mode, with autograd on and off (evaluation runs under no_grad), at
-    each batch size, over several calls. Replacing every input after a cut must leave every
-    output up to the cut bit-identical (a leak through `.detach()` or only without autograd
-    shows here, where gradients cannot see it), and replacing the other sequences of the batch
-    must leave the first one's outputs bit-identical (no mixing across sequences). Random draws
-    (dropout) are fixed per call."""
+    each batch size, at length L and at a shorter one. At every cut c (every position but the
+    last), replacing every input after c, and replacing input c + 1 alone, must leave every
+    output up to c bit-identical: a read of any later position by any earlier output shows here,
+    through `.detach()` or only without autograd, where gradients cannot see it. The cuts are
+    batched, one per sequence of a call, dealt to the sequences in a new random order at every
+    call, so that which copy sits where (or how many calls came before) buys nothing. Replacing
+    the other sequences of a batch must leave the first one's outputs bit-identical (no mixing
+    across sequences). Random draws (dropout) are fixed per call. Cost: 3 calls per batch of
+    cuts, so about 3 (L - 1) / batch calls per mode, batch size and length."""
     gen = torch.Generator().manual_seed(3)
-    cuts = sorted({max(0, L // 3), L // 2, max(0, L - 2)})
     was_training = mixer.training
-    for training in (True, False):
-        mixer.train(training)
-        for grad in (True, False):
-            for batch in sorted({min(b, MAX_CHECK_BATCH) for b in batch_sizes if b >= 1}):
-                for r in range(INTERVENTION_ROUNDS):
-                    cut = cuts[r % len(cuts)]
-                    x = torch.randn(max(batch, 2), L, D, generator=gen)[:batch]
-                    later, others = x.clone(), x.clone()
-                    later[:, cut + 1:] = torch.randn(later[:, cut + 1:].shape, generator=gen)
-                    others[1:] = torch.randn(others[1:].shape, generator=gen)
-                    y, y_later, y_others = (_fixed_call(mixer, v, label, grad)
-                                            for v in (x, later, others))
+    lengths = sorted({L, max(2, (L + 1) // 2)}) if L > 2 else [L]
+    sizes = sorted({min(b, MAX_CHECK_BATCH) for b in batch_sizes if b >= 1})
+    for length in lengths:
+        for training in (True, False):
+            mixer.train(training)
+            for grad in (True, False):
+                for batch in sizes:
                     mode = (f"{'train' if training else 'eval'} mode, "
-                            f"{'with' if grad else 'without'} autograd, batch {batch}")
-                    if not torch.equal(y[:, :cut + 1], y_later[:, :cut + 1]):
-                        raise ContractError(f"{label} is not causal ({mode}): changing the "
-                                            f"inputs after position {cut} changed an output "
-                                            f"at or before it")
-                    if batch > 1 and not torch.equal(y[0], y_others[0]):
-                        raise ContractError(f"{label} mixes the sequences of a batch ({mode}):"
-                                            " changing the other sequences changed the first "
-                                            "one's outputs")
+                            f"{'with' if grad else 'without'} autograd, batch {batch}, "
+                            f"length {length}")
+                    _every_cut(mixer, length, D, batch, gen, label, grad, mode)
     mixer.train(was_training)
+
+
+def _every_cut(mixer: nn.Module, L: int, D: int, batch: int, gen: torch.Generator, label: str,
+               grad: bool, mode: str) -> None:
+    """check_intervened at one mode, batch size and length: every cut 0 .. L-2, `batch` at a
+    time (a sequence left without a cut is replaced nowhere)."""
+    cuts = torch.randperm(max(L - 1, 0), generator=gen)
+    for start in range(0, max(len(cuts), 1), batch):
+        group = cuts[start:start + batch].tolist()
+        slots = torch.randperm(batch, generator=gen)[:len(group)].tolist()  # cut k -> sequence
+        x = torch.randn(batch, L, D, generator=gen)
+        after, single = x.clone(), x.clone()
+        for slot, cut in zip(slots, group):
+            after[slot, cut + 1:] = torch.randn(L - cut - 1, D, generator=gen)
+            single[slot, cut + 1] = torch.randn(D, generator=gen)
+        y = _fixed_call(mixer, x, label, grad)
+        for changed, what in ((after, "the inputs after position {c}"),
+                              (single, "input {j} alone")):
+            y_changed = _fixed_call(mixer, changed, label, grad)
+            for slot, cut in zip(slots, group):
+                same = (y[slot, :cut + 1] == y_changed[slot, :cut + 1]).all(-1)  # (cut + 1,)
+                if not bool(same.all()):
+                    _unless_unrepeatable(mixer, ((x, y), (changed, y_changed)), label, grad,
+                                         mode)
+                    first = int((~same).nonzero()[0])
+                    raise ContractError(
+                        f"{label} is not causal ({mode}): changing "
+                        f"{what.format(c=cut, j=cut + 1)} changed output {first}")
+        if batch > 1 and start == 0:
+            others = x.clone()
+            others[1:] = torch.randn(others[1:].shape, generator=gen)
+            y_others = _fixed_call(mixer, others, label, grad)
+            if not torch.equal(y[0], y_others[0]):
+                _unless_unrepeatable(mixer, ((x, y), (others, y_others)), label, grad, mode)
+                raise ContractError(f"{label} mixes the sequences of a batch ({mode}): "
+                                    "changing the other sequences changed the first one's "
+                                    "outputs")
+
+
+def _unless_unrepeatable(mixer: nn.Module, calls: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+                         label: str, grad: bool, mode: str) -> None:
+    """Before blaming a change on the changed inputs: each (input, output) pair, called again,
+    must give the same output; a mixer whose output drifts from call to call is named for that
+    (not for a leak it may not have)."""
+    if not all(torch.equal(y, _fixed_call(mixer, x, label, grad)) for x, y in calls):
+        raise ContractError(f"{label} is not repeatable ({mode}): the same input gave another "
+                            "output on a later call (state kept between calls, or behaviour "
+                            "that depends on how many calls came before)")
 
 
 def _fixed_call(mixer: nn.Module, x: torch.Tensor, label: str, grad: bool) -> torch.Tensor:

@@ -19,6 +19,11 @@ meta, by architecture name): labels read from a database with them need no torch
 what differed from the defaults the runs had, even for a plug-in not importable here."""
 
 
+NO_DEFAULTS = {"init": TORCH_INIT}
+"""An architecture's defaults where no architecture is named (its name is the axis): every field
+is shown but `init` at PyTorch's defaults, which every run recorded before the field had."""
+
+
 def label(section: dict[str, Any], defaults: dict[str, Any] | None,
           always: tuple[str, ...] = ()) -> str:
     """`name(field=value, ...)`: the fields in `always`, then those that differ from `defaults`
@@ -85,7 +90,7 @@ def series(config: dict[str, Any], axes: list[str],
               label({**task, "name": "task"}, None),
               label(arch, defaults if defaults is not None else arch_defaults(arch["name"]))
               if "name" in arch else
-              label({**arch, "name": "arch"}, None)]
+              label({**arch, "name": "arch"}, NO_DEFAULTS)]
     if not any(a.startswith("pretrain.") for a in axes):  # warm-ups differ between series
         labels[-1] += warmup_label(config.get("pretrain"))
     return " / ".join(dict.fromkeys(labels))

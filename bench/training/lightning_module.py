@@ -25,7 +25,6 @@ from .config import TrainConfig
 
 ATTENTION_ENTRIES = 1 << 20  # attention probabilities per head an evaluation records
 ATTENTION_MIN_ROWS = 2  # sequences, however long
-LEAK_CUTS = 2  # cuts per decisive evaluation whose later inputs are scrambled (leak_check)
 
 
 def attention_rows(seq_len: int) -> int:
@@ -170,29 +169,35 @@ class EmergenceModule(L.LightningModule):
 
     def leak_check(self, batch: Batch, logits: torch.Tensor, recorded: bool) -> bool:
         """Whether the scored logits of `batch` (the evaluation's first chunk, as scored:
-        `logits`) change when every input after a cut is replaced by random values the task's
-        sequences take there: recomputed as the evaluation computed them (mode, grad setting,
-        batch size, length, the recorded split, autocast), at LEAK_CUTS cuts among the scored
-        positions drawn afresh at each step; every scored position at or before a cut must be
-        bit-identical. A check of the outputs that count, so a mixer that reads the future only
-        sometimes (after many calls, at random, at one batch size) is caught where it did."""
+        `logits`) change when the inputs after a cut are replaced by random values the task's
+        sequences take there, at every scored cut: each sequence of the chunk is scrambled after
+        its own cut (the cuts dealt to the sequences in a new random order at every step, so
+        ceil(cuts / chunk) calls), recomputed as the evaluation computed it (mode, grad setting,
+        batch size, length, the recorded split, autocast); every scored position at or before
+        its cut must be bit-identical. A check of the outputs that count, so a mixer that reads
+        the future only sometimes (after many calls, at random, at one batch size, at one
+        position) is caught where it did."""
         inputs, L = batch.inputs, batch.inputs.shape[1]
-        scored = self.scored[self.scored < L - 1]  # a cut at the last position hides nothing
+        scored = self.scored[self.scored < L - 1].cpu()  # a cut at the last position hides nothing
         if not len(scored):
             return False
         gen = torch.Generator().manual_seed(self.task.instance_seed + self.global_step)
-        cuts = scored[torch.randperm(len(scored), generator=gen)[:LEAK_CUTS].sort().values.cpu()]
-        valid = self.replaceable.float()  # (L, V)
-        for cut in cuts.tolist():
-            later = torch.multinomial(valid[cut + 1:], len(inputs), replacement=True,
-                                      generator=gen).T.to(inputs.device)  # (B, L - cut - 1)
+        cuts = scored[torch.randperm(len(scored), generator=gen)].tolist()
+        valid = self.replaceable.float().cpu()  # (L, V)
+        B = len(inputs)
+        for start in range(0, len(cuts), B):
+            group = cuts[start:start + B]
+            rows = torch.randperm(B, generator=gen)[:len(group)].tolist()
             scrambled = inputs.clone()
-            scrambled[:, cut + 1:] = later
+            for row, cut in zip(rows, group):
+                later = torch.multinomial(valid[cut + 1:], 1, generator=gen)[:, 0]  # (L - cut - 1,)
+                scrambled[row, cut + 1:] = later.to(inputs.device)
             with self.trainer.precision_plugin.val_step_context():  # as validation_step ran
                 again, _ = self.eval_logits(Batch(scrambled, batch.targets), recorded)
-            keep = self.scored <= cut
-            if not torch.equal(again[:, keep], logits[:, keep]):
-                return True
+            for row, cut in zip(rows, group):
+                keep = self.scored <= cut
+                if not torch.equal(again[row, keep], logits[row, keep]):
+                    return True
         return False
 
     def batch_pattern(self, batch: Batch) -> torch.Tensor:

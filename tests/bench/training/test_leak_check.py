@@ -41,9 +41,9 @@ class Causal(nn.Module):
         return False
 
 
-class AfterManyCalls(Causal):  # past the contract's 63 calls on its own instance
+class AfterManyCalls(Causal):  # past the contract's ~220 calls on its own instance
     def leaks(self, x):
-        return self.calls > 70
+        return self.calls > 250
 
 
 class AtRandom(Causal):  # about one call in ten, by the global generator (which the
@@ -70,9 +70,10 @@ def test_the_start_up_contract_lets_these_through():
 
 
 def test_a_mixer_that_leaks_after_many_calls_ends_leaked(registered, tmp_path):
-    # 80 training steps and the evaluations' passes: well past 70 calls at the last one
+    # 300 training steps and the evaluations' passes: well past 250 calls at the last one
     result = train(load_run_config([*BASE, "arch.name=leaky_AfterManyCalls",
-                                    "train.max_steps=80"]), tmp_path / "r", progress=False)
+                                    "train.max_steps=300", "train.eval_every=100"]),
+                   tmp_path / "r", progress=False)
     assert result["status"] == "leaked"
     assert result["steps_to_emergence"] is None
     assert json.loads((tmp_path / "r" / "result.json").read_text())["status"] == "leaked"
@@ -119,7 +120,7 @@ task: {name: linear_map, state_size: 8, sparsity: 1, n_states: 2}
 archs:
   - {name: leaky_AfterManyCalls, d_model: 16}
 seeds: 1
-train: {max_steps: 80, eval_every: 10, eval_size: 64, probe_size: 16, batch_size: 16}
+train: {max_steps: 300, eval_every: 100, eval_size: 64, probe_size: 16, batch_size: 16}
 """)
     code, captured = cli("sweep", str(spec), "--out", str(tmp_path / "out"), "--executor",
                          "local")
@@ -131,3 +132,28 @@ train: {max_steps: 80, eval_every: 10, eval_size: 64, probe_size: 16, batch_size
     assert (row["leaked"], row["emerged"]) == ("1", "0")
     code, captured = cli("status", str(tmp_path / "out"))
     assert "1 leaked" in captured.out
+
+
+class OneLatePair(Causal):  # after the contract: scored output 9 reads input 12 only
+    def forward(self, x):
+        self.calls += 1
+        steps = torch.arange(1, x.shape[1] + 1, dtype=x.dtype, device=x.device)[None, :, None]
+        out = self.proj(x.cumsum(1) / steps)
+        if self.calls > 250:
+            out = out.clone()
+            out[:, 9] = out[:, 9] + x[:, 12].detach()
+        return out
+
+
+def test_a_censored_run_that_leaks_at_one_position_pair_ends_leaked(monkeypatch, tmp_path):
+    """The run's own check covers every scored cut at the last evaluation, so a read between
+    one pair of positions is caught however short the run and whatever its outcome (the
+    threshold is out of reach here: the run could only end censored). A read that reaches no
+    scored output (output 2 of input 5 here, x_0's tokens) buys nothing and is not a run's to
+    catch; the contract refuses it before any run."""
+    monkeypatch.setattr(architectures, "ARCHITECTURES", dict(architectures.ARCHITECTURES))
+    architectures.register("leaky_pair", OneLatePair)
+    result = train(load_run_config([*BASE, "arch.name=leaky_pair", "train.max_steps=300",
+                                    "train.eval_every=100", "train.lr=1e-6"]),
+                   tmp_path / "r", progress=False)
+    assert result["status"] == "leaked"
