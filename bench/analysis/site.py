@@ -112,7 +112,10 @@ def verdict_section(readme: str) -> tuple[str, list[str], list[list[str]]]:
         raise ConfigError(f"README.md: no '{VERDICTS}' section to take the verdicts from")
     section = readme.split(VERDICTS, 1)[1].split("\n## ", 1)[0]
     lines = section.strip().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if start is None:
+        raise ConfigError(f"README.md: the '{VERDICTS}' section has no table (rows starting "
+                          "'|') to take the verdicts from")
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     rows = [_cells(line) for line in lines[start:end]]
     return "\n".join(lines[:start]).strip(), rows[0], rows[2:]

@@ -72,6 +72,9 @@ class ResultsDB:
         connection to the same database (a live sweep's), so a Python-level peek at the header
         would let another process delete the WAL under it."""
         self.path = Path(path)
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path}: a directory where the results database should be a "
+                              "file; refusing to touch it")
         if not create and not self.path.is_file():
             raise ConfigError(f"{self.path.parent}: no results database ({self.path.name}) here")
         if self.path.is_file() and not self.path.stat().st_size:

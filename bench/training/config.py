@@ -226,6 +226,8 @@ def read_yaml_mapping(path: Path | str, where: str, missing: str, shape: str) ->
     """The YAML mapping at `path` (a sweep spec, a run config file); a missing file, bad YAML or
     another shape is one ConfigError starting `where`."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{where}: a directory, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"{where}: {missing}")
     try:

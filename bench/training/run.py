@@ -40,7 +40,7 @@ from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
 from .pretrain import check_pretrain, pretrain_task, read_record, warm_up
-from .trainer import check_precision
+from .trainer import check_precision, precision_swap_unsaid
 
 PACKAGES = ("emergence-bench", "torch", "lightning", "torchmetrics", "omegaconf", "numpy",
             "fla-core", "triton", "mamba-ssm")
@@ -138,17 +138,18 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
     options = trainer_options(cfg, progress)
     callbacks = [*callbacks, *progress_bars(progress)]
     try:
-        trainer = L.Trainer(
-            max_steps=cfg.train.max_steps,
-            val_check_interval=cfg.train.eval_every,
-            check_val_every_n_epoch=None,
-            gradient_clip_val=cfg.train.grad_clip or None,
-            logger=build_loggers(cfg.trainer.get("logger"), run_dir, cfg.job_id(),
-                                 cfg.to_dict(), resume_step),
-            callbacks=callbacks,
-            default_root_dir=run_dir,
-            **options,
-        )
+        with precision_swap_unsaid():
+            trainer = L.Trainer(
+                max_steps=cfg.train.max_steps,
+                val_check_interval=cfg.train.eval_every,
+                check_val_every_n_epoch=None,
+                gradient_clip_val=cfg.train.grad_clip or None,
+                logger=build_loggers(cfg.trainer.get("logger"), run_dir, cfg.job_id(),
+                                     cfg.to_dict(), resume_step),
+                callbacks=callbacks,
+                default_root_dir=run_dir,
+                **options,
+            )
     except Exception as e:  # Lightning rejects e.g. an accelerator this machine lacks
         raise ConfigError(f"trainer: {str(e).splitlines()[0]}") from None
     check_precision(trainer, options.get("precision"))

@@ -5,10 +5,13 @@ in the precision the config names (checked where the run builds it, `bench.train
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import types
 import typing
+import warnings
+from collections.abc import Iterator
 from typing import Any, Literal, Union
 
 import lightning as L
@@ -155,14 +158,24 @@ def _build_cpu_trainer(options_repr: str) -> None:
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
-        L.Trainer(**{"accelerator": "cpu", "devices": 1, "logger": False,
-                     "enable_checkpointing": False, "enable_progress_bar": False,
-                     "enable_model_summary": False, **options})
+        with precision_swap_unsaid():
+            L.Trainer(**{"accelerator": "cpu", "devices": 1, "logger": False,
+                         "enable_checkpointing": False, "enable_progress_bar": False,
+                         "enable_model_summary": False, **options})
     except Exception as e:
         raise ConfigError(f"trainer: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)
+
+
+@contextlib.contextmanager
+def precision_swap_unsaid() -> Iterator[None]:
+    """Lightning's warning that it swaps a precision the accelerator lacks (16-mixed on a CPU)
+    kept quiet: check_precision refuses that swap in one line of its own."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is not supported on CPU.*")
+        yield
 
 
 def check_precision(trainer: L.Trainer, asked: Any) -> None:
