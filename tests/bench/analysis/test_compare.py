@@ -64,10 +64,10 @@ def test_bad_comparisons_are_one_line_and_write_nothing(board, cli, tmp_path):
 def test_a_leaking_plug_in_compared_against_a_board_ends_leaked(board, cli, tmp_path,
                                                                 monkeypatch):
     import architectures
-    from tests.bench.training.test_leak_check import AfterManyCalls
+    from tests.bench.training.test_leak_check import AfterTraining
 
     monkeypatch.setattr(architectures, "ARCHITECTURES", dict(architectures.ARCHITECTURES))
-    architectures.register("leaky_after_many_calls", AfterManyCalls)
+    architectures.register("leaky_after_many_calls", AfterTraining)
     out = tmp_path / "cmp"
     code, captured = cli("compare", "arch.name=leaky_after_many_calls", "arch.d_model=32",
                          "--against", str(board), "--out", str(out), "--no-progress")

@@ -46,6 +46,13 @@ class AfterManyCalls(Causal):  # past the contract's ~220 calls on its own insta
         return self.calls > 250
 
 
+class AfterTraining(Causal):  # after 40 train-mode calls at a batch above 8: the contract
+    # makes about a dozen, a run one a training step
+    def leaks(self, x):
+        self.trained = getattr(self, "trained", 0) + (self.training and x.shape[0] > 8)
+        return self.trained > 40
+
+
 class AtRandom(Causal):  # about one call in ten, by the global generator (which the
     # contract fixes per call, as for dropout: there its draw never leaks)
     def leaks(self, x):
