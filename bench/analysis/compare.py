@@ -20,7 +20,14 @@ from ..core.errors import ConfigError
 from ..core.record import RunRecord
 from ..core.rows import by_row, content_hash, group_key
 from ..sweeps.results import FINISHED, ResultsDB, read_results
-from ..sweeps.spec import DuplicateRows, SweepSpec, expand, load_spec, tuning_jobs
+from ..sweeps.spec import (
+    DuplicateRows,
+    SweepSpec,
+    check_contracts,
+    expand,
+    load_spec,
+    tuning_jobs,
+)
 from ..sweeps.sweep import run_sweep
 from ..training.sections import parse_overrides
 from .labels import Recorded, lacking, row_labels
@@ -187,6 +194,7 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
 
     plan = prepare(against, overrides, out)
     out = plan.out
+    check_contracts(expand(plan.spec))  # a mixer that breaks it: one line, nothing written
     out.mkdir(parents=True, exist_ok=True)
     src = ResultsDB(plan.committed_db, read_only=True)
     try:

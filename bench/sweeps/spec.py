@@ -338,6 +338,27 @@ def check_tasks(jobs: list[RunConfig]) -> None:
                 check_pretrain(job, instance=False)
 
 
+def check_contracts(jobs: list[RunConfig]) -> None:
+    """Every distinct architecture of `jobs` against the mixer contract (architectures.plugins
+    .check_mixer) at the length and batch size of its first job, before anything is created: a
+    mixer that breaks it stops the sweep, compare or reproduce in one line, exit 2, with nothing
+    written (each run checks its own lengths again before it trains)."""
+    from architectures import ContractError, check_mixer
+
+    from ..training.config import build_run_task
+
+    seen = set()
+    for job in jobs:
+        key = (type(job.arch), repr(job.arch))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_mixer(job.arch, build_run_task(job).seq_len, (job.train.batch_size,))
+        except ContractError as e:
+            raise ConfigError(f"arch.name: {e}") from None
+
+
 def check_exclude(exclude: list[Any]) -> None:
     """Each entry a non-empty mapping of task.FIELD / arch.FIELD to a value or a list of them
     (that `exclude` is a list, build_section checked)."""

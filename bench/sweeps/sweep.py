@@ -24,7 +24,7 @@ from ..core.schema import field_defaults
 from ..core.seeds import seed_list
 from ..training.config import RunConfig
 from .results import FINISHED, ResultsDB, SweepLock, check_out_dir
-from .spec import SweepSpec, at_rates, choose_rates, expand, tuning_jobs
+from .spec import SweepSpec, at_rates, check_contracts, choose_rates, expand, tuning_jobs
 
 
 def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int = 1,
@@ -55,6 +55,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
                              "has no tuning runs")
     for source in [*reuse, *reuse_tuning]:  # refused before anything is written
         ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
+    check_contracts([*tuning, *jobs])
     _print_checkpoint_cost([*tuning, *jobs], out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"name": spec.name, "executor": executor, "workers": workers,

@@ -26,7 +26,7 @@ from ..core.emergence import EmergenceCriterion, check_threshold
 from ..core.errors import ConfigError
 from ..core.rows import job_id
 from ..core.seeds import SEED_LIMIT
-from .sections import _one_line, build_section, parse_overrides, task_schema
+from .sections import _one_line, build_section, parse_overrides, task_schema, yaml_problem
 from .trainer import check_trainer
 
 
@@ -233,7 +233,7 @@ def read_yaml_mapping(path: Path | str, where: str, missing: str, shape: str) ->
     try:
         raw = OmegaConf.load(path)
     except (OmegaConfBaseException, ValueError, yaml.YAMLError) as e:  # syntax, encoding
-        raise ConfigError(f"{where}: not a valid YAML mapping ({str(e).splitlines()[0]})") from None
+        raise ConfigError(f"{where}: not a valid YAML mapping ({yaml_problem(e)})") from None
     except OSError:  # OmegaConf refuses a file that holds a bare scalar (`42`)
         raise ConfigError(f"{where}: {shape}") from None
     if not OmegaConf.is_dict(raw):

@@ -8,6 +8,7 @@ import dataclasses
 import math
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -35,6 +36,21 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | DictConfig) -> DictC
         return OmegaConf.from_dotlist(list(overrides))
     except OmegaConfBaseException as e:
         raise ConfigError(_one_line(e)) from None
+    except yaml.YAMLError as e:  # a value OmegaConf's YAML loader refuses
+        keys = ", ".join(item.split("=", 1)[0] for item in overrides)
+        raise ConfigError(f"{keys}: {yaml_problem(e)}") from None
+
+
+YAML_NODES = 10_000  # OmegaConf's default max_yaml_expanded_nodes (its guard against alias bombs)
+
+
+def yaml_problem(e: Exception) -> str:
+    """One line for a YAML loading error: OmegaConf's node limit said as what it means here (a
+    list of more values than any config needs), else the error's first line."""
+    if "node expansion exceeds" in str(e):
+        return (f"more than {YAML_NODES:,} values: larger than any config needs (give a count, "
+                "e.g. seeds: 8, or a shorter list)")
+    return str(e).strip().splitlines()[0]
 
 
 def _plain(value: Any) -> Any:
