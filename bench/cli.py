@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .core.errors import ConfigError
+from .core.errors import ConfigError, Interrupted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -385,6 +385,9 @@ def main() -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as e:  # Ctrl-C during a sweep: its one line, the shell's 128 + SIGINT
+        print(str(e), file=sys.stderr)
+        sys.exit(130)
     except ClickException as e:  # usage: an unknown option, a value of the wrong type, ...
         where = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) else ""
         print(f"error: {where}{e.format_message()}", file=sys.stderr)

@@ -15,3 +15,8 @@ def install_hint(extra: str) -> str:
 
 class ConfigError(ValueError):
     """Bad user input; the message is one line that names the field."""
+
+
+class Interrupted(Exception):
+    """A sweep stopped by Ctrl-C (SIGINT): its running jobs are back to pending; the message is
+    the one line the command prints before it exits 130."""

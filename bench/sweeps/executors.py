@@ -81,6 +81,7 @@ def run_processes(configs, out, workers, options) -> Iterator[Summary]:
     slot = ctx.Value("i", 0)
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                initargs=(slot, workers, _visible_gpus()))
+    interrupted = False
     try:
         futures = [pool.submit(execute, config, str(out)) for config in configs]
         for future in as_completed(futures):
@@ -89,8 +90,27 @@ def run_processes(configs, out, workers, options) -> Iterator[Summary]:
             except BrokenProcessPool:
                 raise RuntimeError("a worker process died (killed or out of memory); "
                                    "rerun the sweep to resume") from None
+    except KeyboardInterrupt:  # Ctrl-C: the workers ignore it; stop them here, now
+        interrupted = True
+        stop_workers(pool)
+        raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+
+
+def stop_workers(pool, grace: float = 5.0) -> None:
+    """Terminate a process pool's workers (SIGTERM, then SIGKILL after `grace` seconds): their
+    jobs stay `running` in the database, with their resume checkpoints, for the sweep to
+    requeue."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for p in processes:
+        p.terminate()
+    deadline = time.monotonic() + grace
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _visible_gpus() -> list[str]:
@@ -110,10 +130,13 @@ def _init_worker(slot, workers: int, gpus: list[str]) -> None:
     gpu, threads = placement(index, workers, gpus, os.cpu_count() or 1)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    import signal
+
     import torch
 
     torch.set_num_threads(threads)
-    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group:
+    _die_with_parent()  # the parent alone decides, and stops the workers (stop_workers)
 
 
 def placement(index: int, workers: int, gpus: list[str], cpus: int) -> tuple[str | None, int]:

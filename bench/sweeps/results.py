@@ -171,6 +171,12 @@ class ResultsDB:
                     adopted.append(r["id"])
         return adopted
 
+    def requeue_running(self) -> int:
+        """Rows this sweep left `running` (stopped by Ctrl-C) go back to `pending`."""
+        with self.transaction():
+            return self.conn.execute("UPDATE jobs SET status = 'pending', worker = NULL "
+                                     "WHERE status = 'running'").rowcount
+
     def requeue_interrupted(self) -> int:
         """Rows left `running` or `failed` by an earlier sweep go back to `pending`."""
         with self.transaction():

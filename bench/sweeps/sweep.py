@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, Interrupted
 from ..core.record import RunRecord
 from ..core.rows import group_key
 from ..core.schema import field_defaults
@@ -144,13 +144,19 @@ def _run_jobs(jobs: list[RunConfig], out: Path, runner, workers: int, options: d
                    unit="job", disable=not progress, dynamic_ncols=True)
         emerged, failed = counts["emerged"], 0
         bar.set_postfix(emerged=emerged, failed=failed)
-        for summary in runner(todo, out, workers, options):
-            emerged += summary["status"] == "emerged"
-            failed += summary["status"] == "failed"
-            bar.update(1)
-            bar.set_postfix(emerged=emerged, failed=failed, refresh=False)
-            if summary["status"] == "failed":
-                bar.write(f"job {summary['id']} failed: {summary['error']}")
+        try:
+            for summary in runner(todo, out, workers, options):
+                emerged += summary["status"] == "emerged"
+                failed += summary["status"] == "failed"
+                bar.update(1)
+                bar.set_postfix(emerged=emerged, failed=failed, refresh=False)
+                if summary["status"] == "failed":
+                    bar.write(f"job {summary['id']} failed: {summary['error']}")
+        except KeyboardInterrupt:  # Ctrl-C: nothing finished is lost, nothing running counts
+            bar.close()
+            back = db.requeue_running()
+            raise Interrupted(f"interrupted: {back} running job(s) back to pending (resume "
+                              f"checkpoints kept); run the same command again to resume") from None
         bar.close()
         return db.counts()
     finally:

@@ -1,0 +1,72 @@
+"""Ctrl-C stops a sweep cleanly: a real SIGINT to the whole process group (as a terminal sends
+it) of a `processes` sweep stops every worker within seconds, puts the running jobs back to
+pending with their resume checkpoints, prints one line and exits 130; the same command resumes."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SPEC = """name: sig
+task: {name: linear_map, state_size: 12, sparsity: 2, n_states: 2}
+archs:
+  - {name: transformer, d_model: 16, n_layers: 1}
+seeds: 3
+train: {max_steps: 100000, eval_every: 100, checkpoint_every: 20, eval_size: 64}
+"""
+
+
+def sweep(tmp_path: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench", "sweep", "s.yaml", "--out", "out", "--executor",
+         "processes", "--workers", "2", "--no-progress"], cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def statuses(tmp_path: Path) -> list[str]:
+    db = tmp_path / "out" / "results.sqlite"
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return [s for (s,) in conn.execute("SELECT status FROM jobs")]
+
+
+def wait_for(predicate, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if predicate():
+                return
+        except sqlite3.OperationalError:  # the sweep is creating it
+            pass
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_workers_requeues_and_a_rerun_resumes(tmp_path):
+    (tmp_path / "s.yaml").write_text(SPEC)
+    proc = sweep(tmp_path)
+    wait_for(lambda: statuses(tmp_path).count("running") >= 2, 180)
+    runs = tmp_path / "out" / "runs"
+    wait_for(lambda: any(runs.glob("*/checkpoints/resume.ckpt")), 120)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 20
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("interrupted: ")
+    assert set(statuses(tmp_path)) == {"pending"}
+    assert any(runs.glob("*/checkpoints/resume.ckpt"))  # the resume checkpoints are kept
+    rerun = sweep(tmp_path)  # resumes: the same jobs run again
+    wait_for(lambda: "running" in statuses(tmp_path), 180)
+    os.killpg(rerun.pid, signal.SIGINT)
+    rerun.communicate(timeout=60)
+    assert rerun.returncode == 130
