@@ -5,6 +5,9 @@ A plug-in is either
 - or an `nn.Module` whose constructor is `(d_model, seq_len, layer_idx, *, field=default, ...)`
   and whose forward maps (B, L, D) -> (B, L, D) causally. Its keyword fields, with their
   annotations and defaults, become the `arch.*` fields of a config class made for it.
+A module plug-in may declare its state with a static method `state_per_layer(d_model, seq_len,
+**fields) -> int` (numbers one layer keeps per sequence to produce the next token), which
+`bench describe` and every run record show.
 Name it in a config as `arch.name=my_pkg.mixers:MyMixer`, or call `register("my_mixer",
 MyMixer)` in a module listed under `plugins` (`plugins=[my_pkg.mixers]` in a run config or a
 sweep spec: every worker imports it) and use `arch.name=my_mixer`.
@@ -57,9 +60,17 @@ def config_for_module(cls: type[nn.Module], name: str) -> type[ArchConfig]:
         kwargs = {f[0]: getattr(self, f[0]) for f in fields}
         return cls(d_model=self.d_model, seq_len=seq_len, layer_idx=layer_idx, **kwargs)
 
+    namespace = {"mixer": mixer}
+    state = getattr(cls, "state_per_layer", None)
+    if callable(state):  # declared: numbers one layer keeps per sequence (describe, records)
+        def memory_per_layer(self, seq_len: int) -> int | None:
+            kwargs = {f[0]: getattr(self, f[0]) for f in fields}
+            return state(d_model=self.d_model, seq_len=seq_len, **kwargs)
+
+        namespace["memory_per_layer"] = memory_per_layer
     config = dataclasses.make_dataclass(
         f"{cls.__name__}Config", [("name", str, dataclasses.field(default=name)), *fields],
-        bases=(ArchConfig,), namespace={"mixer": mixer},
+        bases=(ArchConfig,), namespace=namespace,
     )
     config.__module__ = cls.__module__
     return config
@@ -101,7 +112,12 @@ def _import(module_name: str, label: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ImportError as e:
-        raise ContractError(f"{label}: cannot import ({e})") from None
+        looked = [os.getcwd(), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                 if p]]
+        raise ContractError(f"{label}: cannot import ({e}); looked in the working directory "
+                            f"and PYTHONPATH ({', '.join(dict.fromkeys(looked))}) and the "
+                            "installed packages: run from the directory that holds it, or add "
+                            "that directory to PYTHONPATH") from None
     except Exception as e:  # the module itself raised, or does not parse: user code, one line
         raise ContractError(f"{label}: importing it raised {one_line(e)}") from None
 

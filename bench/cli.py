@@ -246,14 +246,22 @@ def ls(
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
 ) -> None:
     """List the tasks or architectures with every field, its default and what it means
-    (`bench ls archs transformer`). Loads no torch: task configs are torch-free and the
-    architectures' configs are read from their source."""
+    (`bench ls archs transformer`, or a plug-in: `bench ls archs my_pkg.mixers:MyMixer`). Loads
+    no torch but for a plug-in: task configs are torch-free and the built-in architectures'
+    configs are read from their source."""
     from .core.schema import describe, describe_registry, to_text
 
     if what == "tasks":
         from datamodules import TASKS
 
         registry = {k: describe(v) for k, v in TASKS.items()}
+    elif what == "archs" and name is not None and ":" in name:  # a plug-in: imported here
+        from architectures import ContractError, resolve
+
+        try:
+            registry = {name: describe(resolve(name))}
+        except ContractError as e:
+            raise ConfigError(f"ls archs: {e}") from None
     elif what == "archs":
         registry = describe_registry("architectures", "ARCHITECTURES")
     else:

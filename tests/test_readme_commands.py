@@ -130,7 +130,9 @@ def test_the_python_blocks_run(doc, code, monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench.api, "load_results", load_results)
     scope: dict = {}
-    lines = code.strip().splitlines()
+    # a script's `if __name__ == "__main__":` block runs as the main module's would
+    lines = [line[4:] if line.startswith("    ") else line for line in code.strip().splitlines()
+             if not line.startswith("if __name__ == ")]
     for line in lines:
         expression = line.split("#")[0].strip()
         if not expression:

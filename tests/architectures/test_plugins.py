@@ -233,3 +233,26 @@ def test_resolve_rejects_what_is_not_a_mixer(tmp_path, monkeypatch):
         resolve("raises_on_import:M")
     with pytest.raises(ContractError, match="cannot import"):
         resolve("no_such_module:Mixer")
+
+
+def test_a_module_plug_in_declares_its_state_per_layer():
+    from torch import nn as tnn
+
+    from architectures.plugins import config_for_module
+
+    class Windowed(tnn.Module):
+        def __init__(self, d_model: int, seq_len: int, layer_idx: int, *, window: int = 3):
+            super().__init__()
+            self.lin = tnn.Linear(d_model, d_model)
+
+        @staticmethod
+        def state_per_layer(d_model: int, seq_len: int, window: int) -> int:
+            return d_model * min(window, seq_len)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    cfg = config_for_module(Windowed, "tests.Windowed")(d_model=8, window=5)
+    assert cfg.memory_per_layer(4) == 32 and cfg.memory_per_layer(40) == 40
+    plain = config_for_module(type("Plain", (Windowed,), {"state_per_layer": None}), "p")()
+    assert plain.memory_per_layer(10) is None
