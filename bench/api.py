@@ -70,16 +70,21 @@ def describe(config: dict[str, Any] | list[str] | None = None,
 
 def compare(against: str | Path, arch: list[str], out: str | Path | None = None,
             executor: str = "local", workers: int | None = None,
-            options: dict[str, Any] | None = None, progress: bool = False) -> dict[str, Any]:
+            options: dict[str, Any] | None = None, progress: bool = False,
+            estimate: bool = False, max_hours: float | None = None) -> dict[str, Any]:
     """A mixer (`arch.name=...`, `arch.FIELD=...`, `plugins=[...]` items) as one more row of
     the committed leaderboard `against` (`bench compare`): only its runs train, into `out`
     (default runs/compare/<spec name>-<hash>) beside a copy of the committed database. Returns
-    {out, table (the path of compare.md, the merged table), notes (size warnings)}."""
+    {out, table (the path of compare.md, the merged table), notes (size warnings)}; with
+    `estimate`, the cost plan only (printed; nothing written; table None)."""
     from .analysis.compare import compare as run_compare
 
     workers = default_workers(executor) if workers is None else workers
-    out_dir, notes = run_compare(Path(against), list(arch), Path(out) if out else None,
-                                 executor, workers, options or {}, progress)
+    done = run_compare(Path(against), list(arch), Path(out) if out else None, executor, workers,
+                       options or {}, progress, estimate, max_hours)
+    if done is None:
+        return {"out": None, "table": None, "notes": []}
+    out_dir, notes = done
     return {"out": out_dir, "table": out_dir / "compare.md", "notes": notes}
 
 
@@ -89,15 +94,17 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
           rows: list[str] | None = None,
           reuse: list[str | Path] | None = None,
           reuse_tuning: list[str | Path] | None = None,
-          tune_only: bool = False) -> dict[str, Any]:
+          tune_only: bool = False, estimate: bool = False,
+          max_hours: float | None = None) -> dict[str, Any]:
     """Run every unfinished job of a sweep spec (a rerun resumes) into `out` (default: next to
     the spec, without `.yaml`) and write its leaderboard; `rows` (config hashes or prefixes)
     keeps only those rows and their tuning runs; `reuse` (sweep directories): their finished
     runs of the same job ids are copied in instead of trained, and the table says so;
     `reuse_tuning`: the same for the tuning runs only (their rates stand, the reported runs train
-    again: a rerun under a changed measurement); `tune_only`: the tuning runs only. Returns
-    {name, out, counts (jobs per status), leaderboard (the path of leaderboard.md, None before
-    any reported job finished)}."""
+    again: a rerun under a changed measurement); `tune_only`: the tuning runs only; `estimate`:
+    print the cost plan only (nothing written; counts None); `max_hours`: refuse a plan whose
+    worst case is above it. Returns {name, out, counts (jobs per status), leaderboard (the path
+    of leaderboard.md, None before any reported job finished)}."""
     from .analysis.leaderboard import reported, write_leaderboard
     from .sweeps.results import read_results
     from .sweeps.spec import load_spec, row_filter
@@ -110,7 +117,10 @@ def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "loca
     keep = row_filter(parsed, rows)  # before anything is written
     counts = run_sweep(parsed, out, executor, workers, options or {}, progress, keep=keep,
                        reuse=[Path(r) for r in reuse or []],
-                       reuse_tuning=[Path(r) for r in reuse_tuning or []], tune_only=tune_only)
+                       reuse_tuning=[Path(r) for r in reuse_tuning or []], tune_only=tune_only,
+                       estimate=estimate, max_hours=max_hours)
+    if counts is None:  # the plan only
+        return {"name": parsed.name, "out": out, "counts": None, "leaderboard": None}
     spec_dict, results = read_results(out)
     shown = bool(reported(results, spec_dict))  # none while every reported job failed
     if shown:

@@ -83,13 +83,21 @@ def sweep(
     tune_only: Annotated[bool, typer.Option(
         "--tune-only", help="run the tuning runs only (`bench status` then shows each rate's "
                             "runs); a later run without it trains the reported seeds")] = False,
+    estimate: Annotated[bool, typer.Option(
+        "--estimate", help="print the cost plan (jobs, calibrated steps/s, best and worst "
+                           "hours) and stop: nothing written")] = False,
+    max_hours: Annotated[float | None, typer.Option(
+        help="refuse a plan whose worst case (every run to its budget) is above this")] = None,
 ) -> None:
-    """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard."""
+    """Run every job of SPEC not yet finished (a rerun resumes), then write the leaderboard.
+    The cost plan is printed first (--estimate: only the plan)."""
     from .api import sweep as run
 
     done = run(spec, out, executor, workers, _options(option or []), set_ or [], progress,
-               row or [], reuse or [], reuse_tuning or [], tune_only)
+               row or [], reuse or [], reuse_tuning or [], tune_only, estimate, max_hours)
     out, counts = done["out"], done["counts"]
+    if counts is None:
+        return
     if done["leaderboard"]:
         print(done["leaderboard"].read_text())
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -145,15 +153,22 @@ def compare(
     option: Annotated[list[str] | None, typer.Option("--option", "-O",
                                                      help="executor option key=value")] = None,
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
+    estimate: Annotated[bool, typer.Option(
+        "--estimate", help="print the cost plan of the new runs and stop: nothing written")]
+    = False,
+    max_hours: Annotated[float | None, typer.Option(
+        help="refuse a plan whose worst case (every run to its budget) is above this")] = None,
 ) -> None:
     """Your mixer as a new row of a committed leaderboard: trains only its runs (same tasks,
     seeds, budget, criterion and learning-rate protocol), reuses the committed rows, prints the
-    merged table: `bench compare arch.name=pkg.mod:MyMixer --against SPEC.yaml`."""
+    merged table: `bench compare arch.name=pkg.mod:MyMixer --against SPEC.yaml`. The cost plan
+    is printed first (--estimate: only the plan)."""
     from .api import compare as run_compare
 
     done = run_compare(against, overrides or [], out, executor, workers, _options(option or []),
-                       progress)
-    print(done["table"].read_text())
+                       progress, estimate, max_hours)
+    if done["table"] is not None:
+        print(done["table"].read_text())
 
 
 def _options(items: list[str]) -> dict:

@@ -13,12 +13,14 @@ import dataclasses
 import json
 import sqlite3
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.record import RunRecord
 from ..core.rows import by_row, content_hash, group_key
+from ..sweeps.plan import check_budget, finished_ids, make_plan
 from ..sweeps.results import FINISHED, ResultsDB, read_results
 from ..sweeps.spec import (
     DuplicateRows,
@@ -186,15 +188,25 @@ def holm_notes(before: list, after: list) -> list[str]:
 
 
 def compare(against: Path, overrides: list[str], out: Path | None, executor: str,
-            workers: int, options: dict[str, Any], progress: bool) -> tuple[Path, list[str]]:
+            workers: int, options: dict[str, Any], progress: bool, estimate: bool = False,
+            max_hours: float | None = None) -> tuple[Path, list[str]] | None:
     """Train the new row into `out` beside a copy of the committed results; write compare.md
-    (notes and the merged table) and return (out, notes)."""
+    (notes and the merged table) and return (out, notes). The cost plan of the new runs is
+    printed first; `estimate` stops there (None, nothing written); `max_hours` caps it."""
     from .claims import run_tests
     from .leaderboard import best_lr, reported, summarise
 
     plan = prepare(against, overrides, out)
     out = plan.out
-    check_contracts(expand(plan.spec))  # a mixer that breaks it: one line, nothing written
+    jobs = [*tuning_jobs(plan.spec), *expand(plan.spec)]
+    check_contracts(jobs)  # a mixer that breaks it: one line, nothing written
+    new = [j for j in jobs if _key(j.to_dict()["arch"]) in plan.new_archs]  # all that trains
+    cost = make_plan(new, 1 if executor == "local" else workers,
+                     finished_ids(plan.committed_db.parent))
+    print("\n".join(cost.lines()), file=sys.stderr)
+    check_budget(cost, max_hours)
+    if estimate:
+        return None
     out.mkdir(parents=True, exist_ok=True)
     src = ResultsDB(plan.committed_db, read_only=True)
     try:

@@ -23,6 +23,7 @@ from ..core.rows import group_key
 from ..core.schema import field_defaults
 from ..core.seeds import seed_list
 from ..training.config import RunConfig
+from .plan import check_budget, finished_ids, make_plan
 from .results import FINISHED, ResultsDB, SweepLock, check_out_dir
 from .spec import SweepSpec, at_rates, check_contracts, choose_rates, expand, tuning_jobs
 
@@ -32,13 +33,16 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
               keep: Callable[[RunConfig], bool] | None = None,
               reuse: list[Path] | tuple[Path, ...] = (),
               reuse_tuning: list[Path] | tuple[Path, ...] = (),
-              tune_only: bool = False) -> dict[str, int]:
+              tune_only: bool = False, estimate: bool = False,
+              max_hours: float | None = None) -> dict[str, int] | None:
     """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
     per status. `reuse`: sweep directories whose finished runs of the same job ids are copied
     in instead of trained (recorded in the database's meta, said above the table);
     `reuse_tuning`: the same for the tuning runs only (the rates they chose stand; the reported
     runs train again, as when a measurement changed). `tune_only`: the tuning runs only (to
-    look at them, say whether a row is near its budget, before any reported seed trains)."""
+    look at them, say whether a row is near its budget, before any reported seed trains).
+    The cost plan (bench.sweeps.plan) is printed first; `estimate` stops there (None: nothing
+    written), `max_hours` refuses a plan whose worst case is above it."""
     from .executors import resolve_executor
 
     options = options or {}
@@ -56,6 +60,11 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     for source in [*reuse, *reuse_tuning]:  # refused before anything is written
         ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
     check_contracts([*tuning, *jobs])
+    plan = make_plan([*tuning, *jobs], 1 if executor == "local" else workers, finished_ids(out))
+    print("\n".join(plan.lines()), file=sys.stderr)
+    check_budget(plan, max_hours)
+    if estimate:
+        return None
     _print_checkpoint_cost([*tuning, *jobs], out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"name": spec.name, "executor": executor, "workers": workers,
