@@ -158,7 +158,7 @@ def check_mixer(config: ArchConfig, seq_len: int, batch_sizes: tuple[int, ...] =
         check_causal(mixer, x.detach()[0], label + (" (train mode)" if training else
                                                     " (eval mode)"))
         _check_stateless(mixer, x.detach(), label)
-    check_intervened(mixer, seq_len, D, label, (2, *batch_sizes))
+    check_intervened(mixer, seq_len, D, label, tuple(batch_sizes) or (2,))
     mixer.train(True)
     if isinstance(mixer, RecordsAttention):
         _check_attention(mixer, x.detach(), label)
@@ -197,6 +197,7 @@ def check_causal(mixer: nn.Module, x: torch.Tensor, label: str, chunk: int | Non
 
 
 MAX_CHECK_BATCH = 64  # a larger run batch is checked at this size (the same code path)
+SPOT_BATCH, SPOT_CUTS = 2, 8  # besides the run's sizes: a batch of 2 at 8 random cuts
 
 
 def check_intervened(mixer: nn.Module, L: int, D: int, label: str,
@@ -210,29 +211,32 @@ def check_intervened(mixer: nn.Module, L: int, D: int, label: str,
     batched, one per sequence of a call, dealt to the sequences in a new random order at every
     call, so that which copy sits where (or how many calls came before) buys nothing. Replacing
     the other sequences of a batch must leave the first one's outputs bit-identical (no mixing
-    across sequences). Random draws (dropout) are fixed per call. Cost: 3 calls per batch of
-    cuts, so about 3 (L - 1) / batch calls per mode, batch size and length."""
+    across sequences). Random draws (dropout) are fixed per call. Every cut is checked at each of
+    `batch_sizes` (the run's); a batch of SPOT_BATCH besides (another size, and the smallest that
+    can mix sequences) at SPOT_CUTS random cuts. Cost: 3 calls per batch of cuts, so about
+    3 (L - 1) / batch calls per mode, batch size and length."""
     gen = torch.Generator().manual_seed(3)
     was_training = mixer.training
     lengths = sorted({L, max(2, (L + 1) // 2)}) if L > 2 else [L]
-    sizes = sorted({min(b, MAX_CHECK_BATCH) for b in batch_sizes if b >= 1})
+    sizes = {min(b, MAX_CHECK_BATCH): None for b in batch_sizes if b >= 1}
+    sizes.setdefault(SPOT_BATCH, SPOT_CUTS)  # batch -> cuts checked (None: every one)
     for length in lengths:
         for training in (True, False):
             mixer.train(training)
             for grad in (True, False):
-                for batch in sizes:
+                for batch, cuts in sorted(sizes.items()):
                     mode = (f"{'train' if training else 'eval'} mode, "
                             f"{'with' if grad else 'without'} autograd, batch {batch}, "
                             f"length {length}")
-                    _every_cut(mixer, length, D, batch, gen, label, grad, mode)
+                    _every_cut(mixer, length, D, batch, gen, label, grad, mode, cuts)
     mixer.train(was_training)
 
 
 def _every_cut(mixer: nn.Module, L: int, D: int, batch: int, gen: torch.Generator, label: str,
-               grad: bool, mode: str) -> None:
-    """check_intervened at one mode, batch size and length: every cut 0 .. L-2, `batch` at a
-    time (a sequence left without a cut is replaced nowhere)."""
-    cuts = torch.randperm(max(L - 1, 0), generator=gen)
+               grad: bool, mode: str, limit: int | None = None) -> None:
+    """check_intervened at one mode, batch size and length: every cut 0 .. L-2 (or `limit`
+    random ones), `batch` at a time (a sequence left without a cut is replaced nowhere)."""
+    cuts = torch.randperm(max(L - 1, 0), generator=gen)[:limit]
     for start in range(0, max(len(cuts), 1), batch):
         group = cuts[start:start + batch].tolist()
         slots = torch.randperm(batch, generator=gen)[:len(group)].tolist()  # cut k -> sequence

@@ -76,7 +76,7 @@ def to_text(d: dict[str, Any]) -> str:
         f"kernel path on {d['device']}: {d['kernel_path']}",
         f"mixer contract: passed in {d['contract_s']:.1f} s (shape, finite values and "
         "gradients, causal by gradients and by intervention at every cut in train and eval "
-        "mode, with and without autograd, at the run's batch sizes and two lengths; repeatable "
+        "mode, with and without autograd, at the run's batch size and two lengths; repeatable "
         "calls, no mixing across a batch, declared protocols)",
         f"memory a run needs (estimate): {memory / 2**20:,.1f} MiB ("
         + ", ".join(f"{k} {v / 2**20:,.1f}" for k, v in d["memory_estimate_bytes"].items())
