@@ -212,9 +212,10 @@ def check_intervened(mixer: nn.Module, L: int, D: int, label: str,
     call, so that which copy sits where (or how many calls came before) buys nothing. Replacing
     the other sequences of a batch must leave the first one's outputs bit-identical (no mixing
     across sequences). Random draws (dropout) are fixed per call. Every cut is checked at each of
-    `batch_sizes` (the run's); a batch of SPOT_BATCH besides (another size, and the smallest that
-    can mix sequences) at SPOT_CUTS random cuts. Cost: 3 calls per batch of cuts, so about
-    3 (L - 1) / batch calls per mode, batch size and length."""
+    `batch_sizes` (the run's) at the run's length L; a batch of SPOT_BATCH besides (another size,
+    and the smallest that can mix sequences), and the other length, at SPOT_CUTS random cuts.
+    Cost: 3 calls per batch of cuts, so about 3 (L - 1) / batch calls per mode and run batch
+    size."""
     gen = torch.Generator().manual_seed(3)
     was_training = mixer.training
     lengths = sorted({L, max(2, (L + 1) // 2)}) if L > 2 else [L]
@@ -225,6 +226,7 @@ def check_intervened(mixer: nn.Module, L: int, D: int, label: str,
             mixer.train(training)
             for grad in (True, False):
                 for batch, cuts in sorted(sizes.items()):
+                    cuts = cuts if length == L else SPOT_CUTS  # the other length: spot cuts
                     mode = (f"{'train' if training else 'eval'} mode, "
                             f"{'with' if grad else 'without'} autograd, batch {batch}, "
                             f"length {length}")

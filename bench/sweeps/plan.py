@@ -25,8 +25,8 @@ from pathlib import Path
 from ..core.rows import group_key
 from ..training.config import RunConfig
 
-CALIBRATION_STEPS = 8  # timed steps per row, after WARMUP_STEPS untimed ones
-WARMUP_STEPS = 2
+CALIBRATION_STEPS = 5  # timed steps per row, after WARMUP_STEPS untimed ones
+WARMUP_STEPS = 1
 EVAL_SHARE = 0.15  # the evaluations' share of a run's wall time, at most (bench perf: 5-15%)
 
 

@@ -118,7 +118,9 @@ def test_a_real_compare_against_the_committed_quickstart_board(cli, tmp_path):
     text = (out / "compare.md").read_text()
     assert text in captured.out
     rows = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| linear_map")]
-    assert rows[:3] == ["`mlp_mixer`", "`mlp_mixer(d_model=32, n_layers=1)`", "`transformer`"]
+    # the committed rows ran PyTorch's defaults, the new row the reference initialisation: said
+    assert rows[:3] == ["`mlp_mixer(init=torch)`", "`mlp_mixer(d_model=32, n_layers=1)`",
+                        "`transformer(init=torch)`"]
     # the board's test runs on the merged board (the new row, at another width and depth, is a
     # series of its own there, so the committed comparison stands as it was)
     assert "## Tests" in text and "| mlp_mixer vs transformer | mlp_mixer sooner |" in text

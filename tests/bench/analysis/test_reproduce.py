@@ -15,7 +15,9 @@ from bench.sweeps.sweep import run_sweep
 from tests.bench.conftest import TINY
 
 # 5 seeds: at 4 a fully separated pair cannot reach p < 0.05 after Holm over two tests
-ONE_ROW = {**TINY, "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}], "seeds": 5,
+# PyTorch's defaults: at the reference initialisation one of these seeds does not emerge
+ONE_ROW = {**TINY, "archs": [{"name": "mlp_mixer", "d_model": 32, "n_layers": 1, "init": "torch"}],
+           "seeds": 5,
            "train": {**TINY["train"], "max_steps": 400}}
 
 

@@ -45,7 +45,9 @@ class OneHead(PatchesAttention, nn.Module):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("patch") / "run"
-    result = train(load_run_config([*RUN, "arch.name=transformer", "train.max_steps=300"]), out,
+    # PyTorch's defaults: a plateau to patch from (the reference initialisation has none here)
+    result = train(load_run_config([*RUN, "arch.name=transformer", "arch.init=torch",
+                                    "train.max_steps=300"]), out,
                    progress=False)
     assert result["status"] == "emerged"
     return out

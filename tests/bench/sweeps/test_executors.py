@@ -123,7 +123,7 @@ from torch import nn
 class Faulty(nn.Module):
     """Causal (token-wise) and fine for a few steps, then raises while training."""
 
-    def __init__(self, d_model: int, seq_len: int, layer_idx: int, *, fail_after: int = 30):
+    def __init__(self, d_model: int, seq_len: int, layer_idx: int, *, fail_after: int = 80):
         super().__init__()
         self.proj, self.fail_after, self.calls = nn.Linear(d_model, d_model), fail_after, 0
 
