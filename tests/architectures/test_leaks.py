@@ -123,7 +123,7 @@ def _contract(cls) -> None:
     check_mixer(config_for_module(cls, f"tests.{cls.__name__}")(d_model=8), LENGTH, (RUN_BATCH,))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), trick=st.sampled_from(sorted(TRICKS)))
 def test_every_generated_leak_is_refused(data, trick):
     """Any later input j read by any earlier output i, by any trick, at any position pair of the
@@ -136,7 +136,7 @@ def test_every_generated_leak_is_refused(data, trick):
     assert len(str(e.value).splitlines()) == 1
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), trick=st.sampled_from(LEGAL_TRICKS))
 def test_the_same_generator_reading_the_past_always_passes(data, trick):
     """The same mixers reading j <= i (the present or the past), dropout included, pass."""
