@@ -176,6 +176,21 @@ def machine_notes(results: list[RunRecord], new_rows: set[str]) -> list[str]:
             f"{'; '.join(sorted(new))}: that column compares machines, not mixers"]
 
 
+def init_notes(results: list[RunRecord], new_rows: set[str]) -> list[str]:
+    """A note when the new rows started from another initialisation (`arch.init`) than the
+    committed ones (a board from before 2026-12-07 ran PyTorch's defaults): then the comparison
+    mixes the mixers with how they started, which moves attention's steps many-fold."""
+    new, old = set(), set()
+    for key, runs in by_row(results).items():
+        (new if key in new_rows else old).update(r.config["arch"].get("init", "torch")
+                                                 for r in runs)
+    if not new or not old or new == old:
+        return []
+    return [f"initialisation: the committed rows ran arch.init={', '.join(sorted(old))}, the new "
+            f"row arch.init={', '.join(sorted(new))}; the comparison then mixes the mixers with "
+            f"how they started (rerun with arch.init={sorted(old)[0]} to compare like with like)"]
+
+
 def holm_notes(before: list, after: list) -> list[str]:
     """Committed comparisons whose Holm p moved because the new row's comparisons joined their
     family (Holm adjusts over every comparison of one test entry)."""
@@ -225,6 +240,7 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
         recorded))]
     tests = spec_dict.get("tests") or []
     notes = [*size_notes(results, new_rows, recorded), *machine_notes(results, new_rows),
+             *init_notes(results, new_rows),
              *plan.notes, *holm_notes(run_tests(tests, committed), run_tests(tests, rows))]
     table = (out / "leaderboard.md").read_text()
     (out / "compare.md").write_text("\n".join([*notes, "", table] if notes else [table]))

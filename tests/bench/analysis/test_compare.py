@@ -96,6 +96,26 @@ def test_a_new_row_from_another_machine_is_noted_under_the_table():
         "that column compares machines, not mixers"]
 
 
+def test_a_new_row_from_another_initialisation_is_noted():
+    from bench.analysis.compare import init_notes
+    from bench.core.rows import group_key
+    from tests.records import record
+
+    def run(arch, init=None):
+        section = {"name": arch} | ({"init": init} if init else {})  # none: a committed record
+        return record(config={"task": {"name": "linear_map"}, "arch": section,
+                              "train": {"lr": 0.001}, "seed": 0})
+
+    mixed = [run("transformer"), run("mine", "reference")]
+    new_key = group_key(mixed[1].config)
+    assert init_notes(mixed, {new_key}) == [
+        "initialisation: the committed rows ran arch.init=torch, the new row "
+        "arch.init=reference; the comparison then mixes the mixers with how they started "
+        "(rerun with arch.init=torch to compare like with like)"]
+    alike = [run("transformer"), run("mine", "torch")]
+    assert init_notes(alike, {group_key(alike[1].config)}) == []
+
+
 @pytest.mark.slow
 def test_a_real_compare_against_the_committed_quickstart_board(cli, tmp_path):
     """End to end against the committed quickstart board (not a tiny one): its tests and
@@ -119,6 +139,7 @@ def test_a_real_compare_against_the_committed_quickstart_board(cli, tmp_path):
     assert text in captured.out
     rows = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| linear_map")]
     # the committed rows ran PyTorch's defaults, the new row the reference initialisation: said
+    assert "initialisation: the committed rows ran arch.init=torch" in text
     assert rows[:3] == ["`mlp_mixer(init=torch)`", "`mlp_mixer(d_model=32, n_layers=1)`",
                         "`transformer(init=torch)`"]
     # the board's test runs on the merged board (the new row, at another width and depth, is a
