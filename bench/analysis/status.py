@@ -73,7 +73,10 @@ def sweep_status(out: Path) -> dict[str, Any]:
     configs = [json.loads(r["config"]) for r in rows]
     labels = [row_labels(config, recorded) for config in configs]  # (task, architecture) per row
     eta = estimate_remaining(rows, labels, workers, now) if remaining else None
-    last = max((r["finished_at"] for r in rows if r["finished_at"]), default=started)
+    # the last run this sweep finished (a compare's copied rows finished long before it started)
+    last = max((r["finished_at"] for r in rows
+                if r["finished_at"] and (started is None or r["finished_at"] >= started)),
+               default=started)
     elapsed = ((now if live else last) - started) if started else None
 
     groups: dict[tuple[str, str, float], dict[str, Any]] = {}

@@ -45,3 +45,23 @@ def test_each_row_lists_its_steps_to_emergence_and_its_censored_runs_at_their_bu
     assert _steps({"steps": [1200, 850], "censored": [4000, 4000]}) == "850, 1,200, > 4,000 x2"
     assert _steps({"steps": [], "censored": [4000]}) == "> 4,000"
     assert _steps({"steps": [], "censored": []}) == "-"
+
+
+def test_a_compare_interrupted_before_any_new_run_finished_says_a_sane_time(tmp_path):
+    """A compare's directory holds the committed rows, finished long before its own sweep
+    started: the time it ran counts only what this sweep finished (was: 'ran -158h54m57s')."""
+    import shutil
+    import time
+    from pathlib import Path
+
+    from bench.analysis.status import sweep_status
+    from bench.sweeps.results import ResultsDB
+
+    root = Path(__file__).resolve().parents[3]
+    shutil.copy(root / "leaderboards" / "quickstart" / "results.sqlite", tmp_path)
+    db = ResultsDB(tmp_path / "results.sqlite")
+    db.set_meta("started_at", time.time() - 5)  # this sweep's start; nothing of it finished
+    db.close()
+    status = sweep_status(tmp_path)
+    assert 0 <= status["elapsed_s"] < 60
+    assert "ran -" not in status["text"]
