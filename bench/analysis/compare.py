@@ -115,6 +115,8 @@ class ComparePlan:
     out: Path
     notes: list[str]
     """tests and plots the new row is left out of (it lacks their field)"""
+    resume: bool = False
+    """`out` already holds this compare, interrupted: rerunning the command resumes it"""
 
 
 def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePlan:
@@ -143,11 +145,21 @@ def prepare(against: Path, overrides: list[str], out: Path | None) -> ComparePla
     out = out or Path("runs") / "compare" / f"{spec.name}-{content_hash(arch, 8)}"
     if out.absolute() == reference.absolute():
         raise ConfigError(f"--out: {out} holds the committed results; give a fresh directory")
-    if (out / ResultsDB.FILENAME).exists():
-        raise ConfigError(f"--out: {out} already holds a results database; give a fresh "
-                          "directory (bench sweep resumes a sweep)")
-    return ComparePlan(merged, db_path, committed_ids, [j.job_id() for j in new], new_archs, out,
-                       notes)
+    new_ids = [j.job_id() for j in new]
+    resume = (out / ResultsDB.FILENAME).exists()
+    if resume and not _holds(out, new_ids):
+        raise ConfigError(f"--out: {out} already holds a results database of another sweep; "
+                          "give a fresh directory (bench sweep resumes a sweep)")
+    return ComparePlan(merged, db_path, committed_ids, new_ids, new_archs, out, notes, resume)
+
+
+def _holds(out: Path, ids: list[str]) -> bool:
+    """Whether `out`'s database lists every job of `ids`: the same compare, interrupted."""
+    db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
+    try:
+        return set(ids) <= {r["id"] for r in db.rows("1 = 1")}
+    finally:
+        db.close()
 
 
 def left_out_notes(spec: SweepSpec, configs: list[dict[str, Any]]) -> list[str]:
@@ -217,18 +229,19 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
     new = [j for j in jobs if _key(j.to_dict()["arch"]) in plan.new_archs]  # all that trains
     check_contracts(new)  # a mixer that breaks it: one line, nothing written
     cost = make_plan(new, 1 if executor == "local" else workers,
-                     finished_ids(plan.committed_db.parent))
+                     finished_ids(out if plan.resume else plan.committed_db.parent))
     print("\n".join(cost.lines()), file=sys.stderr)
     check_budget(cost, max_hours)
     if estimate:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    src = ResultsDB(plan.committed_db, read_only=True)
-    try:
-        with sqlite3.connect(out / ResultsDB.FILENAME) as dst:
-            src.conn.backup(dst)  # a consistent copy, WAL included
-    finally:
-        src.close()
+    if not plan.resume:  # a rerun of an interrupted compare resumes its own database
+        src = ResultsDB(plan.committed_db, read_only=True)
+        try:
+            with sqlite3.connect(out / ResultsDB.FILENAME) as dst:
+                src.conn.backup(dst)  # a consistent copy, WAL included
+        finally:
+            src.close()
     run_sweep(plan.spec, out, executor, workers, options, progress)
     spec_dict, results = read_results(out)
     recorded = spec_dict.get("arch_defaults", {})

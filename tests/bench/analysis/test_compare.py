@@ -42,6 +42,30 @@ def test_compare_trains_only_the_new_row_and_notes_its_size(board, cli, tmp_path
     assert "size: `mlp_mixer(n_layers=1)` has" in text and "beyond ±20%" in text
 
 
+def test_rerunning_a_compare_resumes_it_and_another_mixer_is_refused(board, cli, tmp_path):
+    out = tmp_path / "cmp"
+    args = ["arch.name=mlp_mixer", "arch.d_model=48", "arch.n_layers=1", "--against", str(board),
+            "--out", str(out), "--no-progress"]
+    assert cli("compare", *args)[0] == 0
+    first = finished_at(out / "results.sqlite")
+    db = sqlite3.connect(out / "results.sqlite")  # as if interrupted: one new run unfinished
+    with db:
+        undone = db.execute("SELECT id FROM jobs WHERE finished_at = ?",
+                            (max(first.values()),)).fetchone()[0]
+        db.execute("UPDATE jobs SET status = 'running', finished_at = NULL WHERE id = ?",
+                   (undone,))
+    db.close()
+    code, captured = cli("compare", *args)  # the same command: resumes, trains that run only
+    assert code == 0, captured.err
+    again = finished_at(out / "results.sqlite")
+    assert {k: v for k, v in again.items() if k != undone} == \
+        {k: v for k, v in first.items() if k != undone}
+    assert again[undone] is not None
+    code, captured = cli("compare", "arch.name=transformer", "arch.d_model=32",
+                         "arch.n_layers=1", "--against", str(board), "--out", str(out))
+    assert code == 2 and "already holds a results database of another sweep" in captured.err
+
+
 def test_bad_comparisons_are_one_line_and_write_nothing(board, cli, tmp_path):
     bare = tmp_path / "bare.yaml"  # a spec without committed results
     shutil.copy(board, bare)
