@@ -300,7 +300,7 @@ def circuits_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     induction-head fraction, the sink-head fraction (single class, solid; whatever else a head
     is, dashed, where the runs kept their ratios) and the share of the final induction circuit
     identified, against the checkpoint step; False when no run was screened."""
-    from ..training.reports import pyplot
+    from ..core.reports import pyplot
     from .plots import _save
 
     shown = [(row, row_curves(runs)) for row in rows if (runs := _screened(row))]

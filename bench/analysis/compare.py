@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 import statistics
 import sys
 from pathlib import Path
@@ -238,8 +237,7 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
     if not plan.resume:  # a rerun of an interrupted compare resumes its own database
         src = ResultsDB(plan.committed_db, read_only=True)
         try:
-            with sqlite3.connect(out / ResultsDB.FILENAME) as dst:
-                src.conn.backup(dst)  # a consistent copy, WAL included
+            src.copy_to(out / ResultsDB.FILENAME)
         finally:
             src.close()
     run_sweep(plan.spec, out, executor, workers, options, progress)

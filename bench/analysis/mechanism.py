@@ -308,7 +308,7 @@ def influence_figure(path: Any, rows: list[dict[str, Any]]) -> bool:
     intervention map, where the run kept it) beside the ground truth (scored rows only; a row
     where no seed emerged: its closest seed's first and last maps), each panel with its
     colour scale; False when no run kept maps."""
-    from ..training.reports import pyplot
+    from ..core.reports import pyplot
     from .plots import _save, representative
 
     shown = [(row, representative(row["runs"])) for row in rows]

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..core.emergence import higher_is_better
 from ..core.record import RunRecord
+from ..core.reports import pyplot
 from ..sweeps.axes import derived_axis
-from ..training.reports import pyplot
 from .labels import factor_groups
 
 Row = dict[str, Any]

@@ -56,9 +56,9 @@ from ..core import markdown
 from ..core.errors import ConfigError
 from ..core.heads import CLASSES, THRESHOLDS, half_and_shape
 from ..core.record import RunRecord
+from ..core.reports import pyplot, write_report
 from ..training.checkpoint import analysis_steps, finished_run, load_analysis_module
 from ..training.config import build_run_task, load_run_config
-from ..training.reports import pyplot, write_report
 
 SCREEN_SEQUENCES = 2000
 SCREEN_STREAM = 5  # the screen batch's own generator stream

@@ -24,9 +24,9 @@ from ..core import markdown
 from ..core.emergence import on_plateau
 from ..core.errors import ConfigError
 from ..core.record import RunRecord
+from ..core.reports import pyplot, write_report
 from ..training.checkpoint import analysis_steps, finished_run, load_analysis_module
 from ..training.config import build_run_task, load_run_config
-from ..training.reports import pyplot, write_report
 
 
 def default_steps(result: RunRecord, kept: list[int]) -> tuple[int, int]:

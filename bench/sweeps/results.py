@@ -171,6 +171,12 @@ class ResultsDB:
                     adopted.append(r["id"])
         return adopted
 
+    def copy_to(self, path: Path) -> None:
+        """A consistent copy of this database (its WAL included) at `path`, through SQLite's
+        backup API (what `bench compare` starts from)."""
+        with sqlite3.connect(path) as dst:
+            self.conn.backup(dst)
+
     def requeue_running(self) -> int:
         """Rows this sweep left `running` (stopped by Ctrl-C) go back to `pending`."""
         with self.transaction():

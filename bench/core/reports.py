@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.files import write_atomic
+from .files import write_atomic
 
 
 def pyplot() -> Any:
