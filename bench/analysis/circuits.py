@@ -77,7 +77,7 @@ def _screen_setup(rows: list[dict[str, Any]]) -> str:
     return seen[0] if len(seen) == 1 else "runs differ: " + " | ".join(seen)
 
 
-def _f3(pairs: list[tuple[int | None, int | None]]) -> dict[str, Any]:
+def induction_first(pairs: list[tuple[int | None, int | None]]) -> dict[str, Any]:
     """F3 from (induction formation step, sink half step) per run: the ratio's median with an
     order-statistic interval over the runs where both formed, the runs at >= `MAGNITUDE`, and
     the exact one-sided sign test of "induction first"."""
@@ -109,7 +109,7 @@ def row_sinks_any_class(row: dict[str, Any]) -> dict[str, Any] | None:
             "f2_shapes": {s: sum(k["shape"] == s for k in courses)
                           for s in ("jump", "gradual", "none")},
             "sink_layers": sorted({i for k in courses for i in k["layers_at_end"]}),
-            **_f3([(c["induction_formation_step"], k["half_step"])
+            **induction_first([(c["induction_formation_step"], k["half_step"])
                    for c, k in zip(runs, courses)])}
 
 
@@ -143,7 +143,7 @@ def row_circuits(row: dict[str, Any]) -> dict[str, Any] | None:
         "f1_runs_with_early_sinks": sum(bool(c["sinks_in_layers_0_1_at"]) for c in runs),
         "f2_shapes": {s: sum(c["sink_shape"] == s for c in runs)
                       for s in ("jump", "gradual", "none")},
-        **_f3([(c["induction_formation_step"], c["sink_half_step"]) for c in runs]),
+        **induction_first([(c["induction_formation_step"], c["sink_half_step"]) for c in runs]),
         "f4_runs": len(early), "f4_median": finite_median(early),
         "f4_two_thirds": tt_med, "f4_two_thirds_low": tt_low, "f4_two_thirds_high": tt_high,
         "f4_two_thirds_share": tt_med / budget,
@@ -170,14 +170,16 @@ def _ablated(runs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
             and c["ablation"].get(f"dloss_control{kind}") is not None]
 
 
-def _n(x: float, digits: int = 2) -> str:
+def fixed(x: float, digits: int = 2) -> str:
+    """x with `digits` decimals, or '-' where it is missing or not finite."""
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
-def _f3_cells(c: dict[str, Any]) -> list[str]:
-    return [f"{_n(c['f3_median'], 1)} [{_n(c['f3_low'], 1)}, {_n(c['f3_high'], 1)}]",
+def induction_first_cells(c: dict[str, Any]) -> list[str]:
+    """The table cells of claim F3 (induction forms before sinks, by how much) for one row."""
+    return [f"{fixed(c['f3_median'], 1)} [{fixed(c['f3_low'], 1)}, {fixed(c['f3_high'], 1)}]",
             f"{c['f3_magnitude']}/{c['f3_both']}", f"{c['f3_first']}/{c['f3_both']}",
-            f"{_n(c['f3_p'], 3)} ({_n(c.get('f3_p_holm', math.nan), 3)})"]
+            f"{fixed(c['f3_p'], 3)} ({fixed(c.get('f3_p_holm', math.nan), 3)})"]
 
 
 F3_COLUMNS = ["F3 ratio", f"F3 >= {MAGNITUDE}x", "F3 induction first", "F3 p (Holm)"]
@@ -199,15 +201,15 @@ def circuits_markdown(rows: list[dict[str, Any]]) -> list[str]:
         _holm_rows([c for _, c in found], key)
     mean = any(c["ablation_mean_runs"] for _, c in found)
     table = [[row["task"], f"`{row['architecture']}`", c["runs"], c["induction_runs"],
-              f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *_f3_cells(c),
-              f"{_n(c['f4_median'])} ({c['f4_runs']})",
-              f"{_n(c['f4_two_thirds'], 0)} [{_n(c['f4_two_thirds_low'], 0)}, "
-              f"{_n(c['f4_two_thirds_high'], 0)}] ({_n(100 * c['f4_two_thirds_share'], 1)}%)",
+              f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *induction_first_cells(c),
+              f"{fixed(c['f4_median'])} ({c['f4_runs']})",
+              f"{fixed(c['f4_two_thirds'], 0)} [{fixed(c['f4_two_thirds_low'], 0)}, "
+              f"{fixed(c['f4_two_thirds_high'], 0)}] ({fixed(100 * c['f4_two_thirds_share'], 1)}%)",
               f"{c['f5_ahead']}/{c['f5_heads']}", f"{c['f5_runs_more']} vs {c['f5_runs_fewer']}",
-              f"{_n(c['f5_p'], 3)} ({_n(c.get('f5_p_holm', math.nan), 3)})",
-              f"{_n(c['dloss_induction'], 3)} vs {_n(c['dloss_control'], 3)} "
+              f"{fixed(c['f5_p'], 3)} ({fixed(c.get('f5_p_holm', math.nan), 3)})",
+              f"{fixed(c['dloss_induction'], 3)} vs {fixed(c['dloss_control'], 3)} "
               f"({c['ablation_wins']}/{c['ablation_runs']})"]
-             + ([f"{_n(c['dloss_induction_mean'], 3)} vs {_n(c['dloss_control_mean'], 3)} "
+             + ([f"{fixed(c['dloss_induction_mean'], 3)} vs {fixed(c['dloss_control_mean'], 3)} "
                  f"({c['ablation_mean_wins']}/{c['ablation_mean_runs']})"] if mean else [])
              for row, c in found]
     return ["## Circuits: the head screen over checkpoints", "",
@@ -250,7 +252,7 @@ def _any_class_markdown(rows: list[dict[str, Any]]) -> list[str]:
     table = [[row["task"], f"`{row['architecture']}`", c["runs"],
               f"{c['with_sinks']}/{c['runs']}",
               ", ".join(map(str, c["sink_layers"])) or "-",
-              f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *_f3_cells(c)]
+              f"{c['f1_runs_with_early_sinks']}/{c['runs']}", _shapes(c), *induction_first_cells(c)]
              for row, c in found]
     return ["", "Sinks counted whatever else a head is: a head is a sink at a checkpoint when its "
             "first-token ratio reaches the first-token threshold, even where it exceeds another "

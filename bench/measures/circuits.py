@@ -355,7 +355,8 @@ def summarise(steps: list[dict[str, Any]], thresholds: dict[str, float],
             "steps_to_emergence": result.steps_to_emergence}
 
 
-def _f(x: float | None, digits: int = 2) -> str:
+def fixed(x: float | None, digits: int = 2) -> str:
+    """x with `digits` decimals, or '-' where it is missing."""
     return "-" if x is None else f"{x:.{digits}f}"
 
 
@@ -364,10 +365,10 @@ def to_markdown(r: dict[str, Any]) -> str:
     rows = []
     for i, layer in enumerate(last["classes"]):
         for h, c in enumerate(layer):
-            rows.append([i, h, c or "-", *(_f(v, 1) for v in last["ratios"][i][h]),
-                         _f(last["participation"][i][h])])
-    over = [[s["step"], *(_f(r["overall"][c][j]) for c in CLASSES),
-             _f(r["early_identification"][j]), _f(s["loss"], 3)]
+            rows.append([i, h, c or "-", *(fixed(v, 1) for v in last["ratios"][i][h]),
+                         fixed(last["participation"][i][h])])
+    over = [[s["step"], *(fixed(r["overall"][c][j]) for c in CLASSES),
+             fixed(r["early_identification"][j]), fixed(s["loss"], 3)]
             for j, s in enumerate(r["steps"])]
     ab = r["ablation"]
     thresholds = ", ".join(f"{c} {v:g}x" for c, v in r["thresholds"].items())
@@ -387,16 +388,16 @@ def to_markdown(r: dict[str, Any]) -> str:
              *markdown.table(["layer", "head", "ratio crosses", "PR rises", "PR first", "PR last",
                               "at or before"],
                              [[h["layer"], h["head"], h["crossed"], h["pr_rises"] or "-",
-                               _f(h["pr_first"]), _f(h["pr_last"]),
+                               fixed(h["pr_first"]), fixed(h["pr_last"]),
                                "yes" if h["pr_at_or_before"] else "no"]
                               for h in r["induction_heads"]]),
              "", "## Group ablation at the last checkpoint", "",
-             f"Loss {_f(ab['loss'], 3)}; zeroing the {len(ab['induction_heads'])} induction "
-             f"heads: {_f(ab['dloss_induction'], 3)}; zeroing as many other heads "
-             f"{ab['control_heads']}: {_f(ab['dloss_control'], 3)}. With their attention "
+             f"Loss {fixed(ab['loss'], 3)}; zeroing the {len(ab['induction_heads'])} induction "
+             f"heads: {fixed(ab['dloss_induction'], 3)}; zeroing as many other heads "
+             f"{ab['control_heads']}: {fixed(ab['dloss_control'], 3)}. With their attention "
              f"replaced by its mean pattern over the batch instead (a head keeps its positional "
-             f"role): induction heads {_f(ab.get('dloss_induction_mean'), 3)}, other heads "
-             f"{_f(ab.get('dloss_control_mean'), 3)}.", "",
+             f"role): induction heads {fixed(ab.get('dloss_induction_mean'), 3)}, other heads "
+             f"{fixed(ab.get('dloss_control_mean'), 3)}.", "",
              "![head classes over training](circuits.png)", ""]
     return "\n".join(lines)
 

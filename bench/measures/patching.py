@@ -216,14 +216,15 @@ def curve_markdown(r: dict[str, Any]) -> str:
     post, points = r["post"], r["points"]
     return "\n".join([
         f"# Attention patching from every kept checkpoint into step {post['step']} (post)", "",
-        f"post p {_f(post['p'])} / accuracy {_f(post['acc'])}; plateau end: {r['plateau_end']}. "
+        f"post p {fixed(post['p'])} / accuracy {fixed(post['acc'])}; "
+        f"plateau end: {r['plateau_end']}. "
         "Restored: the fraction of each pre checkpoint's gap in p to the post model that the "
         "post model's attention closes.", "",
         *markdown.table(["pre", "on plateau", "p", "accuracy", "best head", "best greedy set",
                          "all heads", "ground truth accuracy"],
-                        [[q["pre"], "yes" if q["on_plateau"] else "no", _f(q["p"]),
-                          _f(q["acc"]), _f(q["best_head"], 2), _f(q["best_set"], 2),
-                          _f(q["all_heads"], 2), _f(q["truth_acc"])] for q in points]),
+                        [[q["pre"], "yes" if q["on_plateau"] else "no", fixed(q["p"]),
+                          fixed(q["acc"]), fixed(q["best_head"], 2), fixed(q["best_set"], 2),
+                          fixed(q["all_heads"], 2), fixed(q["truth_acc"])] for q in points]),
         "", "![curve](curve.png)", ""])
 
 
@@ -263,7 +264,8 @@ def analyse(patcher: Patcher, pre: int, post: int) -> dict[str, Any]:
             "sequences": len(patcher.inputs), "job_id": patcher.cfg.job_id()}
 
 
-def _f(x: float | None, digits: int = 3) -> str:
+def fixed(x: float | None, digits: int = 3) -> str:
+    """x with `digits` decimals, or '-' where it is missing."""
     return "-" if x is None else f"{x:.{digits}f}"
 
 
@@ -280,20 +282,21 @@ def to_markdown(r: dict[str, Any]) -> str:
     pre, post = r["pre"], r["post"]
     lines = [f"# Attention patching: step {pre['step']} (pre) <- step {post['step']} (post)", "",
              f"{r['sequences']} held-out sequences. Mean probability of the correct token p and "
-             f"token accuracy: pre {_f(pre['p'])} / {_f(pre['acc'])}, post {_f(post['p'])} / "
-             f"{_f(post['acc'])}. Restored: the fraction of the pre-to-post gap in p a patch "
+             f"token accuracy: pre {fixed(pre['p'])} / {fixed(pre['acc'])}, "
+             f"post {fixed(post['p'])} / "
+             f"{fixed(post['acc'])}. Restored: the fraction of the pre-to-post gap in p a patch "
              "closes.", *_off_plateau(r), "", "## One head at a time", "",
              *markdown.table(["layer", "head", "dp", "d accuracy", "restored"],
-                             [[h["layer"], h["head"], _f(h["dp"]), _f(h["dacc"]),
-                               _f(h["restored"], 2)] for h in r["heads"]]),
+                             [[h["layer"], h["head"], fixed(h["dp"]), fixed(h["dacc"]),
+                               fixed(h["restored"], 2)] for h in r["heads"]]),
              "", "## Greedy head sets", "",
              *markdown.table(["K", "added (layer, head)", "p", "accuracy", "restored"],
-                             [[g["k"], tuple(g["added"]), _f(g["p"]), _f(g["acc"]),
-                               _f(g["restored"], 2)] for g in r["greedy"]]),
+                             [[g["k"], tuple(g["added"]), fixed(g["p"]), fixed(g["acc"]),
+                               fixed(g["restored"], 2)] for g in r["greedy"]]),
              "", "## The ground-truth pattern patched into every head", "",
              *markdown.table(["where", "p", "accuracy", "dp", "restored"],
-                             [[t["where"], _f(t["p"]), _f(t["acc"]), _f(t["dp"]),
-                               _f(t["restored"], 2)] for t in r["ground_truth"]]),
+                             [[t["where"], fixed(t["p"]), fixed(t["acc"]), fixed(t["dp"]),
+                               fixed(t["restored"], 2)] for t in r["ground_truth"]]),
              "", "![patching](patch.png)", ""]
     return "\n".join(lines)
 
