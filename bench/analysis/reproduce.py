@@ -11,8 +11,8 @@ slowdown. Rerunning the committed seeds reproduces them exactly (p = 1) only on 
 with the same torch thread count and libraries (result.json's `versions` records them): the
 transformer's per-seed steps change with either (quickstart seed 7: 500 committed, 350 at one
 thread and 450 at two on this AMD EPYC), and even two VMs that both report "AMD EPYC" and one
-thread did not agree bitwise (the circuits board's rerun, 2026-12-02: a seed near the threshold
-emerged in one and not the other). So a rerun is a replication and tested as one; fresh seeds
+thread did not agree bitwise (docs/history.md). So a rerun is a replication and tested as one;
+fresh seeds
 (`--seed-start`) make it an independent replication.
 """
 

@@ -44,8 +44,7 @@ TOKEN_BUDGET = 1 << 16  # input tokens per forward-backward pass
 REPLACEMENTS = 4  # replacement values per position where a position takes more
 FORWARD_SHARE = 3  # a forward pass costs about a third of a forward-backward one
 # the automatic cadence keeps the maps' passes within this share of the training sequences
-# between two maps (5% until 2026-12-05: the MLP-Mixer's evaluation plus analysis at 256 tokens
-# came to 12.4% of wall time, docs/performance.md)
+# between two maps (why 3%: docs/performance.md)
 SHARE = Fraction(3, 100)
 
 

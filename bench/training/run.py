@@ -77,10 +77,8 @@ def cpuinfo() -> dict[str, str]:
 
 
 def cpu_id(info: dict[str, str]) -> str:
-    """Family, model, stepping and microcode: what can tell two VMs that both report "AMD EPYC"
-    apart (2026-12-05: one 1-thread Mamba job emerged at 3,700 steps in one session and at 3,350
-    in the next, the same data and initialisation, curves apart in the last digits from the
-    first evaluations; rerun in the second session it gave 3,350 again), from `cpuinfo()`."""
+    """Family, model, stepping and microcode, from `cpuinfo()`: what can tell apart two VMs that
+    both report "AMD EPYC" and do not agree bitwise (docs/history.md, 2026-12-05)."""
     return ", ".join(f"{k} {info[k]}" for k in ("cpu family", "model", "stepping", "microcode")
                      if k in info) or "?"
 
