@@ -296,14 +296,23 @@ def describe(
     overrides: Overrides = None,
     config: Annotated[Path | None, typer.Option(help="a YAML run config; overrides win")] = None,
     json_: Annotated[bool, typer.Option("--json", help="one JSON object instead")] = False,
+    against: Annotated[Path | None, typer.Option(
+        help="a committed leaderboard spec: its baselines' sizes beside this config's, and the "
+             "d_model that matches them")] = None,
 ) -> None:
     """What a run config builds, without training: parameters per layer, state per layer, the
-    kernel path on this machine and the memory estimate (`bench describe arch.name=mamba`)."""
+    kernel path on this machine and the memory estimate (`bench describe arch.name=mamba`);
+    with --against SPEC, the board's baselines' sizes and a matching d_model."""
     from .api import describe as describe_config
-    from .tools.describe import to_text
+    from .tools.describe import sizes_against, sizes_text, to_text
 
     report = describe_config(overrides or [], config)
-    print(json.dumps(report, indent=2) if json_ else to_text(report))
+    if against is not None:
+        from .training.config import load_run_config
+
+        report["against"] = sizes_against(load_run_config(overrides or [], config), against)
+    text = to_text(report) + ("\n" + sizes_text(report["against"]) if against else "")
+    print(json.dumps(report, indent=2, default=str) if json_ else text)
 
 
 @app.command()

@@ -6,6 +6,7 @@ mixer contract a run checks first (causality proven by gradients, no state betwe
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -82,3 +83,64 @@ def to_text(d: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v / 2**20:,.1f}" for k, v in d["memory_estimate_bytes"].items())
         + ")",
     ])
+
+
+SIZE_FIELD = "d_model"  # the field searched for a matched size
+SIZE_CANDIDATES = range(8, 1025, 8)
+
+
+def sizes_against(cfg: RunConfig, spec_path: Path) -> dict[str, Any]:
+    """The committed board's baselines' parameters on its first task (as their runs recorded
+    them), this config's on the same task, and the `d_model` that brings it closest to the
+    baselines' median (parameters counted on the meta device: nothing allocated)."""
+    import dataclasses
+    import statistics
+
+    from ..core.rows import by_row
+    from ..sweeps.results import read_results
+    from ..sweeps.spec import load_spec
+    from ..training.config import load_run_config
+    from ..training.memory import parameter_count
+
+    spec = load_spec(spec_path)
+    _, results = read_results(spec_path.with_suffix(""))
+    task = spec.tasks[0]
+    grid = {k for k, v in task.items() if isinstance(v, list)}
+    if grid:
+        raise ConfigError(f"--against: {spec_path}'s first task is a grid over "
+                          f"{', '.join(sorted(grid))}; size against one cell with `bench compare`")
+    on_task = load_run_config({**cfg.to_dict(), "task": task})
+    baselines = {}
+    for runs in by_row(results).values():
+        config = runs[0].config
+        if all(config["task"].get(k) == v for k, v in task.items()):
+            baselines[f"{config['arch']['name']}"] = runs[0].n_params
+    if not baselines:
+        raise ConfigError(f"--against: {spec_path} has no finished run on {task}")
+    median = statistics.median(baselines.values())
+    mine = parameter_count(on_task)[0]
+
+    def params_at(width: int) -> int | None:
+        try:
+            arch = dataclasses.replace(on_task.arch, **{SIZE_FIELD: width})
+            return parameter_count(dataclasses.replace(on_task, arch=arch))[0]
+        except (ValueError, ConfigError):  # a width this config refuses (e.g. not divisible)
+            return None
+
+    counted = [(w, n) for w in SIZE_CANDIDATES if (n := params_at(w)) is not None]
+    best = min(counted, key=lambda wn: abs(wn[1] / median - 1), default=None)
+    return {"spec": str(spec_path), "baselines": baselines, "median": median, "params": mine,
+            "suggest": None if best is None else {SIZE_FIELD: best[0], "params": best[1]}}
+
+
+def sizes_text(d: dict[str, Any]) -> str:
+    lines = [f"against {d['spec']} (its first task): baselines "
+             + ", ".join(f"{k} {v:,}" for k, v in d["baselines"].items())
+             + f" (median {d['median']:,.0f}); this config {d['params']:,} "
+             f"({d['params'] / d['median'] - 1:+.0%})"]
+    if d["suggest"]:
+        n = d["suggest"]["params"]
+        within = "within" if abs(n / d["median"] - 1) <= 0.2 else "not within"
+        lines.append(f"closest to the median: arch.{SIZE_FIELD}={d['suggest'][SIZE_FIELD]} gives "
+                     f"{n:,} ({n / d['median'] - 1:+.0%}, {within} 20%)")
+    return "\n".join(lines)
