@@ -42,11 +42,12 @@ def train(config: dict[str, Any] | list[str] | None = None, out: str | Path | No
     Writes `out/result.json` and `out/metrics.csv` (default `runs/<job id>`) and returns the
     result (None on ranks other than 0 of a multi-device run). Where `out` holds this job's
     resume checkpoint (a killed run), training continues from it."""
-    from .measures.run import train as train_run
     from .sweeps.results import check_out_dir
     from .training.config import load_run_config
 
-    cfg = load_run_config(config or [], config_file)
+    cfg = load_run_config(config or [], config_file)  # a config error before Lightning loads
+    from .measures.run import train as train_run
+
     run_dir = Path(out) if out is not None else Path("runs") / cfg.job_id()
     check_out_dir(run_dir)
     foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_FILES) \

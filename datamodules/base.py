@@ -30,7 +30,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from .config import PER_SEED, TaskConfig
+from .config import PER_SEED, SCREEN_MIN_ROWS, TaskConfig
 from .split import chunk_bounds
 
 TRAIN_STREAM, EVAL_STREAM, PROBE_STREAM, INSTANCE_STREAM, REPLACE_STREAM = 0, 1, 3, 4, 5
@@ -39,7 +39,7 @@ EVAL_TOKENS = 1 << 15  # tokens per evaluation forward pass (the quickstart's wh
 REFERENCE_FLOATS = 1 << 24  # posterior entries per chunk when the references are computed
 MAX_REFERENCE_FLOATS = 1 << 32  # posterior entries in all (a few seconds per 2^30 on a CPU)
 SCREEN_TOKENS = 1 << 13  # a screen's held-out sequences hold at most this many tokens (long
-SCREEN_MIN_ROWS = 16  # sequences hold many scored positions each), but never fewer than 16
+# sequences hold many scored positions each), but never fewer than SCREEN_MIN_ROWS (config.py)
 MAX_ROUNDS = 64  # rejection rounds before a sampler gives up with a clear error
 
 

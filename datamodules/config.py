@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 PER_SEED = "per_seed"
+SCREEN_MIN_ROWS = 16  # the fewest held-out sequences a screen holds (base.py, the trainer)
 SEED_LIMIT = 2**32  # seeds are 0 .. 2^32 - 1 (numpy's range)
 MAX_TOKENS_PER_STATE = 1024
 MAX_STATES = 1024

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from architectures import ArchConfig, ContractError, import_plugins
 from architectures import resolve as resolve_arch
 from datamodules import TaskConfig, build_task
-from datamodules.base import SCREEN_MIN_ROWS, SequenceTask
+from datamodules.config import SCREEN_MIN_ROWS
 
 from ..core.emergence import EmergenceCriterion, check_threshold
 from ..core.errors import ConfigError
@@ -28,6 +28,9 @@ from ..core.rows import job_id
 from ..core.seeds import SEED_LIMIT
 from .sections import _one_line, build_section, parse_overrides, task_schema, yaml_problem
 from .trainer import check_trainer
+
+if TYPE_CHECKING:  # Lightning, imported by the task's module, only where a task is built
+    from datamodules.base import SequenceTask
 
 
 @dataclass

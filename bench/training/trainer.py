@@ -12,13 +12,13 @@ import types
 import typing
 import warnings
 from collections.abc import Iterator
-from typing import Any, Literal, Union
-
-import lightning as L
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from ..core.errors import ConfigError
 from ..core.rows import HARDWARE_ONLY
-from .loggers import logger_names
+
+if TYPE_CHECKING:  # imported where a trainer is built or a trainer key is checked
+    import lightning as L
 
 # Trainer arguments the runner sets itself; everything else in `trainer.*` passes through.
 RESERVED_TRAINER_KEYS = {
@@ -41,7 +41,12 @@ RESERVED_TRAINER_KEYS = {
     "accumulate_grad_batches": "train.batch_size",
     "barebones": "nothing: a run needs its logged metrics",
 }
-TRAINER_KEYS = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+@functools.cache
+def trainer_keys() -> set[str]:
+    """lightning.Trainer's arguments (Lightning is imported only where a trainer key is set)."""
+    import lightning as L
+
+    return set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
 
 
 
@@ -52,9 +57,11 @@ def check_trainer(options: dict[str, Any]) -> None:
     for key in options:
         if key in RESERVED_TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}: set by the runner; use {RESERVED_TRAINER_KEYS[key]}")
-        if key not in TRAINER_KEYS:
+        if key not in trainer_keys():
             raise ConfigError(f"trainer.{key}: not an argument of lightning.Trainer")
     if "logger" in options:
+        from .loggers import logger_names  # Lightning's loggers: imported where one is named
+
         logger_names(options["logger"])
     hints = _trainer_hints()
     for key, value in options.items():
@@ -104,6 +111,8 @@ def _accelerators() -> list[str]:
 
 @functools.cache
 def _trainer_hints() -> dict[str, Any]:
+    import lightning as L
+
     return typing.get_type_hints(L.Trainer.__init__)
 
 
@@ -157,6 +166,8 @@ def _build_cpu_trainer(options_repr: str) -> None:
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.ERROR)
+    import lightning as L
+
     try:
         with precision_swap_unsaid():
             L.Trainer(**{"accelerator": "cpu", "devices": 1, "logger": False,
