@@ -6,6 +6,7 @@ Bad input exits with code 2 and one line on stderr naming the field and what is 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -419,7 +420,11 @@ def main() -> None:
         sys.exit(2)
     except Interrupted as e:  # Ctrl-C during a sweep: its one line, the shell's 128 + SIGINT
         print(str(e), file=sys.stderr)
-        sys.exit(130)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # the database is closed and the lock released by now; exit without waiting on the
+        # process pool's management thread, which can block on the workers just terminated
+        os._exit(130)
     except ClickException as e:  # usage: an unknown option, a value of the wrong type, ...
         where = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) else ""
         print(f"error: {where}{e.format_message()}", file=sys.stderr)

@@ -64,9 +64,11 @@ def test_ctrl_c_stops_the_workers_requeues_and_a_rerun_resumes(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - start < 60  # seconds, not a hang (a loaded CI machine: margin)
     assert proc.returncode == 130, err
-    # after the plan it printed first: one line, no traceback
-    assert re.fullmatch(r"interrupted: [23] running job\(s\) back to pending .*",
-                        err.strip().splitlines()[-1])
+    # after the plan it printed first: its line, no traceback
+    # (multiprocessing's resource tracker may add its own warning about the terminated
+    # workers' semaphores after it)
+    assert any(re.fullmatch(r"interrupted: [23] running job\(s\) back to pending .*", line)
+               for line in err.strip().splitlines())
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert set(statuses(tmp_path)) == {"pending"}
     assert any(runs.glob("*/checkpoints/resume.ckpt"))  # the resume checkpoints are kept
