@@ -27,7 +27,7 @@ from .backbone import (
     require_fused,
     short_conv,
 )
-from .init import STD
+from .init import STD, gpt2_
 from .protocols import ReportsKernelPath
 
 # fla's ops, imported on first use: the fused kernel needs CUDA at run time, the naive op any device
@@ -69,11 +69,7 @@ class GatedDeltaNetConfig(RecurrentConfig):
         0.6, initializer_range 0.02, no residual rescaling by default): every Linear and Conv1d
         (the short convolutions included) N(0, 0.02), biases 0, the embedding N(0, 0.02), norms
         1 and 0; A_log and dt_bias as the layer draws them."""
-        for m in model.modules():
-            if isinstance(m, (nn.Linear, nn.Conv1d, nn.Embedding)):
-                nn.init.normal_(m.weight, std=STD)
-                if getattr(m, "bias", None) is not None:
-                    nn.init.zeros_(m.bias)
+        gpt2_(model, also=(nn.Conv1d,))  # fla's rule is GPT-2's, its convolutions included
         if model.pos is not None:
             nn.init.normal_(model.pos, std=STD)
 

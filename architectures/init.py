@@ -62,11 +62,12 @@ def residual_branches(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def gpt2_(module: nn.Module, std: float = STD) -> None:
-    """GPT-2 / nanoGPT `_init_weights` on every submodule: Linear and Embedding N(0, std), biases
-    0, LayerNorm 1 and 0; other modules untouched."""
+def gpt2_(module: nn.Module, std: float = STD,
+          also: tuple[type[nn.Module], ...] = ()) -> None:
+    """GPT-2 / nanoGPT `_init_weights` on every submodule: Linear (and the types in `also`)
+    and Embedding N(0, std), biases 0, LayerNorm 1 and 0; other modules untouched."""
     for m in module.modules():
-        if isinstance(m, nn.Linear):
+        if isinstance(m, (nn.Linear, *also)):
             nn.init.normal_(m.weight, std=std)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)

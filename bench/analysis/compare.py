@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.record import RunRecord
+from ..core.record import RunRecord, upgrade_config
 from ..core.rows import by_row, content_hash, group_key
 from ..sweeps.plan import check_budget, finished_ids, make_plan
 from ..sweeps.results import FINISHED, ResultsDB, read_results
@@ -64,7 +64,7 @@ def check_committed(db_path: Path, tuning: list, jobs: list) -> None:
     ids = {j.job_id() for j in (tuning or jobs)}
     db = ResultsDB(db_path, read_only=True)
     try:
-        finished = {r["id"] for r in db.rows("1 = 1") if r["status"] in FINISHED}
+        finished = db.job_ids(FINISHED)
         reported = db.counts()
     finally:
         db.close()
@@ -156,7 +156,7 @@ def _holds(out: Path, ids: list[str]) -> bool:
     """Whether `out`'s database lists every job of `ids`: the same compare, interrupted."""
     db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:
-        return set(ids) <= {r["id"] for r in db.rows("1 = 1")}
+        return set(ids) <= db.job_ids()
     finally:
         db.close()
 
@@ -193,7 +193,7 @@ def init_notes(results: list[RunRecord], new_rows: set[str]) -> list[str]:
     mixes the mixers with how they started, which moves attention's steps many-fold."""
     new, old = set(), set()
     for key, runs in by_row(results).items():
-        (new if key in new_rows else old).update(r.config["arch"].get("init", "torch")
+        (new if key in new_rows else old).update(upgrade_config(r.config)["arch"]["init"]
                                                  for r in runs)
     if not new or not old or new == old:
         return []
@@ -240,7 +240,7 @@ def compare(against: Path, overrides: list[str], out: Path | None, executor: str
             src.copy_to(out / ResultsDB.FILENAME)
         finally:
             src.close()
-    run_sweep(plan.spec, out, executor, workers, options, progress)
+    run_sweep(plan.spec, out, executor, workers, options, progress, preflight=False)
     spec_dict, results = read_results(out)
     recorded = spec_dict.get("arch_defaults", {})
     rows = write_leaderboard(out, spec_dict["name"], results, spec_dict)

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from .record import RunRecord
+from .record import TORCH_INIT, RunRecord
 
 # train fields that change speed, what is kept on disk or what is measured, not what is trained
 OPERATIONAL = ("compile", "checkpoint_every", "keep_checkpoints", "influence_size",
@@ -27,7 +27,7 @@ def experiment(config: dict[str, Any]) -> dict[str, Any]:
     train = {k: v for k, v in config.get("train", {}).items() if k not in OPERATIONAL}
     out = {k: v for k, v in config.items()  # no warm-up: ids as before the field existed
            if k != "plugins" and not (k == "pretrain" and v is None)} | {"train": train}
-    if "arch" in config and config["arch"].get("init", "torch") == "torch":
+    if "arch" in config and config["arch"].get("init", TORCH_INIT) == TORCH_INIT:
         # PyTorch's defaults, what every record before the field ran: their ids as they were
         out["arch"] = {k: v for k, v in config["arch"].items() if k != "init"}
     if "emergence" in config:

@@ -2,7 +2,7 @@
 
 Each distinct row (a job's config less its seed and rate) is calibrated here: its model and task
 are built and a few optimizer steps timed with the training step a run takes (the module's own loss,
-optimizer and clip; no evaluation), at the threads one worker gets. From that rate:
+optimizer, scheduler and clip; no evaluation), at the threads one worker gets. From that rate:
 - worst case: every job runs its whole budget (`train.max_steps`), as a seed that never emerges
   does;
 - best case: every job stops at the first emergence it could confirm (`consecutive` evaluations,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,9 +74,11 @@ def make_plan(jobs: list[RunConfig], workers: int, finished: set[str] = frozense
 
 
 def calibrate(job: RunConfig, threads: int) -> float:
-    """Training steps per second of `job`'s model and task here, at `threads` threads."""
+    """Training steps per second of `job`'s model and task here, at `threads` threads: the
+    bare training step (`bench perf`'s), timed after WARMUP_STEPS untimed ones."""
     import torch
 
+    from ..training.bare_loop import BareLoop
     from ..training.config import build_run_task
     from ..training.lightning_module import EmergenceModule
 
@@ -86,19 +87,10 @@ def calibrate(job: RunConfig, threads: int) -> float:
     try:
         torch.manual_seed(job.seed)
         task = build_run_task(job)
-        module = EmergenceModule(job.arch, job.train, task).train()
-        optimizer = module.configure_optimizers()["optimizer"]
-        device = torch.device("cpu")
-        seconds = 0.0
-        for step in range(WARMUP_STEPS + CALIBRATION_STEPS):
-            start = time.perf_counter()
-            loss = module.loss(task.train_batch(step, device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if step >= WARMUP_STEPS:
-                seconds += time.perf_counter() - start
-        return CALIBRATION_STEPS / max(seconds, 1e-9)
+        loop = BareLoop(EmergenceModule(job.arch, job.train, task), task, torch.device("cpu"))
+        loop.run(WARMUP_STEPS)
+        durations, _ = loop.run(CALIBRATION_STEPS)
+        return CALIBRATION_STEPS / max(sum(durations), 1e-9)
     finally:
         torch.set_num_threads(before)
 
@@ -112,7 +104,7 @@ def finished_ids(out: Path) -> set[str]:
         return set()
     db = ResultsDB(path, read_only=True)
     try:
-        return {r["id"] for r in db.rows("1 = 1") if r["status"] in FINISHED}
+        return db.job_ids(FINISHED)
     finally:
         db.close()
 

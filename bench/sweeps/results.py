@@ -171,6 +171,10 @@ class ResultsDB:
                     adopted.append(r["id"])
         return adopted
 
+    def job_ids(self, statuses: tuple[str, ...] | None = None) -> set[str]:
+        """Ids of every job listed here (in the spec or not), or of those in `statuses`."""
+        return {r["id"] for r in self.rows("1 = 1") if statuses is None or r["status"] in statuses}
+
     def copy_to(self, path: Path) -> None:
         """A consistent copy of this database (its WAL included) at `path`, through SQLite's
         backup API (what `bench compare` starts from)."""

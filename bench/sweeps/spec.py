@@ -343,20 +343,14 @@ def check_contracts(jobs: list[RunConfig]) -> None:
     .check_mixer) at the length and batch size of its first job, before anything is created: a
     mixer that breaks it stops the sweep, compare or reproduce in one line, exit 2, with nothing
     written (each run checks its own lengths again before it trains)."""
-    from architectures import ContractError, check_mixer
-
-    from ..training.config import build_run_task
+    from ..training.config import build_run_task, check_contract
 
     seen = set()
     for job in jobs:
         key = (type(job.arch), repr(job.arch))
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            check_mixer(job.arch, build_run_task(job).seq_len, (job.train.batch_size,))
-        except ContractError as e:
-            raise ConfigError(f"arch.name: {e}") from None
+        if key not in seen:
+            seen.add(key)
+            check_contract(job, [build_run_task(job).seq_len])
 
 
 def check_exclude(exclude: list[Any]) -> None:

@@ -34,7 +34,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
               reuse: list[Path] | tuple[Path, ...] = (),
               reuse_tuning: list[Path] | tuple[Path, ...] = (),
               tune_only: bool = False, estimate: bool = False,
-              max_hours: float | None = None) -> dict[str, int] | None:
+              max_hours: float | None = None, preflight: bool = True) -> dict[str, int] | None:
     """Run every unfinished job of `spec` (those `keep` accepts) into `out`; return the counts
     per status. `reuse`: sweep directories whose finished runs of the same job ids are copied
     in instead of trained (recorded in the database's meta, said above the table);
@@ -42,7 +42,8 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     runs train again, as when a measurement changed). `tune_only`: the tuning runs only (to
     look at them, say whether a row is near its budget, before any reported seed trains).
     The cost plan (bench.sweeps.plan) is printed first; `estimate` stops there (None: nothing
-    written), `max_hours` refuses a plan whose worst case is above it."""
+    written), `max_hours` refuses a plan whose worst case is above it; a caller that has checked
+    the contracts and printed the plan itself (`bench compare`) passes `preflight=False`."""
     from .executors import resolve_executor
 
     options = options or {}
@@ -59,10 +60,12 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
                              "has no tuning runs")
     for source in [*reuse, *reuse_tuning]:  # refused before anything is written
         ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
-    check_contracts([*tuning, *jobs])
-    plan = make_plan([*tuning, *jobs], 1 if executor == "local" else workers, finished_ids(out))
-    print("\n".join(plan.lines()), file=sys.stderr)
-    check_budget(plan, max_hours)
+    if preflight:
+        check_contracts([*tuning, *jobs])
+        plan = make_plan([*tuning, *jobs], 1 if executor == "local" else workers,
+                         finished_ids(out))
+        print("\n".join(plan.lines()), file=sys.stderr)
+        check_budget(plan, max_hours)
     if estimate:
         return None
     _print_checkpoint_cost([*tuning, *jobs], out)

@@ -11,13 +11,13 @@ from typing import Any
 
 import torch
 
-from architectures import Backbone, ContractError, check_mixer
+from architectures import Backbone
 from architectures.plugins import one_line
 
 from ..analysis.labels import row_labels
 from ..core import markdown
 from ..core.errors import ConfigError
-from ..training.config import RunConfig, build_run_task
+from ..training.config import RunConfig, build_run_task, check_contract
 from ..training.memory import check_memory, run_device
 from ..training.run import kernel_path
 
@@ -40,10 +40,7 @@ def describe_model(cfg: RunConfig) -> dict[str, Any]:
         raise ConfigError(f"arch.name: mixer '{cfg.arch.name}' failed in forward: "
                           f"{one_line(e)}") from None
     start = time.perf_counter()
-    try:  # what a run checks before it trains: a mixer that breaks it is one line here too
-        check_mixer(cfg.arch, L, (cfg.train.batch_size,))
-    except ContractError as e:
-        raise ConfigError(f"arch.name: {e}") from None
+    check_contract(cfg, [L])  # what a run checks before it trains: one line here too
     layers = [{"mixer": count(b.mixer), "mlp": count(b.mlp), "norm": count(b.norm)}
               for b in model.blocks]
     task_label, arch_label = row_labels(cfg.to_dict())

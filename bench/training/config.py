@@ -17,7 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from architectures import ArchConfig, ContractError, import_plugins
+from architectures import ArchConfig, ContractError, check_mixer, import_plugins
 from architectures import resolve as resolve_arch
 from datamodules import TaskConfig, build_task
 from datamodules.config import SCREEN_MIN_ROWS
@@ -288,6 +288,16 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     check_trainer(base.trainer)
     return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence,
                                pretrain=pretrain)
+
+
+def check_contract(cfg: RunConfig, lengths: list[int] | tuple[int, ...]) -> None:
+    """The mixer contract (architectures.plugins.check_mixer) of `cfg.arch` at each of
+    `lengths` and the run's batch size; a mixer that breaks it is one ConfigError line."""
+    try:
+        for length in lengths:
+            check_mixer(cfg.arch, length, (cfg.train.batch_size,))
+    except ContractError as e:
+        raise ConfigError(f"arch.name: {e}") from None
 
 
 def screen_size(train: TrainConfig) -> int:

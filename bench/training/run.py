@@ -21,7 +21,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
-from architectures import ContractError, ReportsKernelPath, check_mixer
+from architectures import ReportsKernelPath
 from datamodules.base import SequenceTask
 
 from ..core.emergence import EmergenceTracker, reference_key
@@ -35,7 +35,7 @@ from .checkpoint import (
     remove_resume_checkpoint,
     resume_point,
 )
-from .config import RunConfig, build_run_task
+from .config import RunConfig, build_run_task, check_contract
 from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
@@ -189,11 +189,7 @@ def fit(cfg: RunConfig, run_dir: Path | str, progress: bool = True,
     # a mixer that breaks the contract is rejected before anything trains or is written, at
     # every length the run calls it at (a warm-up's too)
     lengths = dict.fromkeys([task.seq_len, *([pretrain_task(cfg).seq_len] if cfg.pretrain else [])])
-    try:
-        for length in lengths:
-            check_mixer(cfg.arch, length, (cfg.train.batch_size,))
-    except ContractError as e:
-        raise ConfigError(f"arch.name: {e}") from None
+    check_contract(cfg, list(lengths))
     check_pretrain(cfg)
     resume = resume_point(run_dir, cfg.job_id())
     L.seed_everything(cfg.seed, verbose=False)
