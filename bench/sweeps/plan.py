@@ -34,7 +34,9 @@ class Plan:
     jobs: int
     """jobs left to train"""
     rows: list[tuple[str, str, int, float]]
-    """(row less its rate, architecture, its jobs left, calibrated steps/s)"""
+    """(the row's config hash as `bench status`, the table and --row show it, with "+N rates"
+    where a tuned row's jobs run at several rates; architecture, its jobs left, calibrated
+    steps/s)"""
     best_h: float
     worst_h: float
     workers: int
@@ -64,7 +66,9 @@ def make_plan(jobs: list[RunConfig], workers: int, finished: set[str] = frozense
     table = []
     for key, group in rows.items():
         rate = calibrate(group[0], threads)
-        table.append((key, group[0].arch.name, len(group), rate))
+        hashes = sorted({group_key(job.to_dict()) for job in group})
+        shown = hashes[0] + (f" +{len(hashes) - 1} rates" if len(hashes) > 1 else "")
+        table.append((shown, group[0].arch.name, len(group), rate))
         for job in group:
             first = job.train.eval_every * max(job.emergence.consecutive - 1, 0)
             worst += job.train.max_steps / rate

@@ -24,11 +24,19 @@ train: {max_steps: 100000, eval_every: 100, checkpoint_every: 20, eval_size: 64}
 """
 
 
+def as_a_terminal_starts_it() -> None:
+    """A foreground job of an interactive shell has SIGINT at its default; a job started in the
+    background by a non-interactive shell (CI, `nohup ... &`) inherits it ignored, and Python then
+    keeps it ignored: such a sweep rightly ignores Ctrl-C, so the test restores the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sweep(tmp_path: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bench", "sweep", "s.yaml", "--out", "out", "--executor",
          "processes", "--workers", "2", "--no-progress"], cwd=tmp_path, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=as_a_terminal_starts_it,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

@@ -53,3 +53,18 @@ def test_a_plan_above_the_cap_is_refused_in_one_line(spec, cli, tmp_path):
     assert not (tmp_path / "out").exists()
     code, captured = cli("sweep", str(spec), "--max-hours", "nan")
     assert code == 2 and "--max-hours: must be a positive number" in captured.err
+
+
+def test_the_plan_names_each_row_by_the_hash_row_accepts(spec, monkeypatch):
+    """The plan's advice is 'run fewer rows (--row)': each row it lists is named by the config
+    hash that `bench status`, the table and --row use."""
+    from bench.core.rows import group_key
+    from bench.sweeps.spec import row_filter
+
+    monkeypatch.setattr(plan_module, "calibrate", lambda job, threads: 10.0)
+    loaded = load_spec(spec)
+    jobs = expand(loaded)
+    shown = [row for row, *_ in make_plan(jobs, workers=2).rows]
+    assert sorted(shown) == sorted({group_key(j.to_dict()) for j in jobs})
+    keep = row_filter(loaded, [shown[0][:6]])
+    assert {group_key(j.to_dict()) for j in jobs if keep(j)} == {shown[0]}
