@@ -30,8 +30,8 @@ from .core.seeds import TUNE_SEED_START, seed_list
 if TYPE_CHECKING:
     import pandas as pd
 
-# what a run writes (patch/ and circuits/ with train.patch and train.circuits; the last three
-# with trainer.logger)
+# what a run writes (patch/ and circuits/ with measure.patch and measure.circuits; the last three
+# with runtime.logger)
 RUN_FILES = {"result.json", "metrics.csv", "hparams.yaml", "checkpoints", "patch", "circuits",
              "tensorboard", "wandb", "mlflow.db"}
 
@@ -87,6 +87,22 @@ def compare(against: str | Path, arch: list[str], out: str | Path | None = None,
         return {"out": None, "table": None, "notes": []}
     out_dir, notes = done
     return {"out": out_dir, "table": out_dir / "compare.md", "notes": notes}
+
+
+def suite(suite_file: str | Path = "leaderboards/suite.yaml", tier: str = "smoke",
+          arch: list[str] | None = None, out: str | Path | None = None, executor: str = "local",
+          workers: int | None = None, options: dict[str, Any] | None = None,
+          progress: bool = False, estimate: bool = False,
+          max_hours: float | None = None) -> dict[str, Any]:
+    """A mixer (`arch.name=...`, `arch.FIELD=...`, `plugins=[...]` items; none: the suite's
+    own rows) against every cell of the suite's `tier` (`bench suite`), one cost plan first.
+    Returns {report: the path of smoke.md or scorecard.md, None with `estimate`}."""
+    from .analysis.suite import run_suite
+
+    workers = default_workers(executor) if workers is None else workers
+    report = run_suite(Path(suite_file), tier, list(arch or []), Path(out) if out else None,
+                       executor, workers, options or {}, progress, estimate, max_hours)
+    return {"report": report}
 
 
 def sweep(spec: str | Path, out: str | Path | None = None, executor: str = "local",
@@ -217,7 +233,7 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     per run: the leaderboard's `row` hash and `task` and `arch` labels, seed, tuning (a
     learning-rate tuning run the table does not report), every scalar field of the run record
     (`bench.core.record.RunRecord.scalars`: status, steps_to_emergence (NaN if censored; at an
-    evaluation), refined_step (the exact step where emergence.refine replayed it, else NaN),
+    evaluation), refined_step (the exact step where measure.refine replayed it, else NaN),
     budget_steps, the accuracy summary, n_params, steps_per_s, ...), and every config field
     flattened as `task.state_size`, `arch.n_heads`, `train.lr`, ..."""
     import pandas as pd

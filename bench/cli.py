@@ -68,7 +68,7 @@ def sweep(
     option: Annotated[list[str] | None, typer.Option(
         "--option", "-O", help="executor option key=value, e.g. -O slurm_partition=gpu")] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="spec field key=value, e.g. --set trainer.accelerator=gpu (hardware "
+        "--set", help="spec field key=value, e.g. --set runtime.accelerator=gpu (hardware "
                       "keys leave job ids unchanged)")] = None,
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
     row: Annotated[list[str] | None, typer.Option(
@@ -129,7 +129,7 @@ def reproduce(
     option: Annotated[list[str] | None, typer.Option("--option", "-O",
                                                      help="executor option key=value")] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="spec field key=value, e.g. --set trainer.accelerator=gpu")] = None,
+        "--set", help="spec field key=value, e.g. --set runtime.accelerator=gpu")] = None,
     progress: Annotated[bool, typer.Option(help="show the sweep's progress bar")] = True,
 ) -> None:
     """Rerun a committed leaderboard and test, row by row, whether it agrees (exit 0) or not."""
@@ -170,6 +170,39 @@ def compare(
                        progress, estimate, max_hours)
     if done["table"] is not None:
         print(done["table"].read_text())
+
+
+@app.command()
+def suite(
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="the mixer: arch.name=... arch.FIELD=... plugins=[...] (none: the suite's own rows)")]
+    = None,
+    tier: Annotated[str, typer.Option(help="smoke (minutes; no verdict) or standard")] = "smoke",
+    suite_file: Annotated[Path, typer.Option("--suite", help="the suite file")]
+    = Path("leaderboards/suite.yaml"),
+    out: Annotated[Path | None, typer.Option(
+        help="fresh directory, one subdirectory per cell [runs/suite/<suite>-<tier>-<hash>]")]
+    = None,
+    executor: Annotated[str, typer.Option(help="local, processes, slurm or ray")] = "local",
+    workers: Annotated[int | None, typer.Option(help="concurrent jobs")] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-O",
+                                                     help="executor option key=value")] = None,
+    progress: Annotated[bool, typer.Option(help="show each cell's progress bar")] = True,
+    estimate: Annotated[bool, typer.Option(
+        "--estimate", help="print the cost plan of every cell's runs and stop: nothing written")]
+    = False,
+    max_hours: Annotated[float | None, typer.Option(
+        help="refuse a plan whose worst case (every run to its budget) is above this")] = None,
+) -> None:
+    """Your mixer against the standard suite in one command: every cell is a `bench compare`
+    against its committed rows, one cost plan first, the report last (smoke.md, or the
+    scorecard); rerun the same command to resume: `bench suite arch.name=pkg.mod:MyMixer`."""
+    from .api import suite as run_suite
+
+    done = run_suite(suite_file, tier, overrides or [], out, executor, workers,
+                     _options(option or []), progress, estimate, max_hours)
+    if done["report"] is not None:
+        print(done["report"].read_text())
 
 
 def _options(items: list[str]) -> dict:
@@ -330,7 +363,7 @@ def perf(
     seconds: Annotated[float, typer.Option(help="target length of one timed stretch")] = 1.5,
     warmup: Annotated[int, typer.Option(help="untimed steps first")] = 5,
     compile_: Annotated[bool, typer.Option(
-        "--compile", help="also measure train.compile=true (first size only)")] = False,
+        "--compile", help="also measure runtime.compile=true (first size only)")] = False,
     accelerator: Annotated[str, typer.Option(help="cpu or gpu")] = "cpu",
     out: Annotated[Path, typer.Option(help="where perf.md, perf.json, perf.png go")]
     = Path("runs/perf"),

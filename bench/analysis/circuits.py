@@ -1,4 +1,4 @@
-"""When do circuits form? The leaderboard's head-screen section, from runs with `train.circuits`.
+"""When do circuits form? The leaderboard's head-screen section, from runs with `measure.circuits`.
 
 Per row (one architecture on `induction`), over its screened runs, the second paper's findings:
 

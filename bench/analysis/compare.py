@@ -213,26 +213,43 @@ def holm_notes(before: list, after: list) -> list[str]:
             for c, was in moved]
 
 
+def new_jobs(plan: ComparePlan) -> list:
+    """Every job the compare trains: the new row's (its tuning runs included)."""
+    jobs = [*tuning_jobs(plan.spec), *expand(plan.spec)]
+    return [j for j in jobs if _key(j.to_dict()["arch"]) in plan.new_archs]
+
+
+def finished_before(plan: ComparePlan) -> set[str]:
+    """Ids of the jobs already finished where the compare reads them from: its own database
+    when it resumes, else the committed one."""
+    return finished_ids(plan.out if plan.resume else plan.committed_db.parent)
+
+
 def compare(against: Path, overrides: list[str], out: Path | None, executor: str,
             workers: int, options: dict[str, Any], progress: bool, estimate: bool = False,
             max_hours: float | None = None) -> tuple[Path, list[str]] | None:
     """Train the new row into `out` beside a copy of the committed results; write compare.md
     (notes and the merged table) and return (out, notes). The cost plan of the new runs is
     printed first; `estimate` stops there (None, nothing written); `max_hours` caps it."""
-    from .claims import run_tests
-    from .leaderboard import best_lr, reported, summarise
-
     plan = prepare(against, overrides, out)
-    out = plan.out
-    jobs = [*tuning_jobs(plan.spec), *expand(plan.spec)]
-    new = [j for j in jobs if _key(j.to_dict()["arch"]) in plan.new_archs]  # all that trains
+    new = new_jobs(plan)
     check_contracts(new)  # a mixer that breaks it: one line, nothing written
-    cost = make_plan(new, 1 if executor == "local" else workers,
-                     finished_ids(out if plan.resume else plan.committed_db.parent))
+    cost = make_plan(new, 1 if executor == "local" else workers, finished_before(plan))
     print("\n".join(cost.lines()), file=sys.stderr)
     check_budget(cost, max_hours)
     if estimate:
         return None
+    return train_compare(plan, executor, workers, options, progress)
+
+
+def train_compare(plan: ComparePlan, executor: str, workers: int, options: dict[str, Any],
+                  progress: bool) -> tuple[Path, list[str]]:
+    """What `compare` does once its plan is printed: copy the committed database in (unless it
+    resumes), train the new row, write compare.md; returns (out, notes)."""
+    from .claims import run_tests
+    from .leaderboard import best_lr, reported, summarise
+
+    out = plan.out
     out.mkdir(parents=True, exist_ok=True)
     if not plan.resume:  # a rerun of an interrupted compare resumes its own database
         src = ResultsDB(plan.committed_db, read_only=True)

@@ -145,7 +145,7 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     emerged = [run for r in rows for run in r["runs"] if run.emerged]
     refined = sum(1 for run in emerged if run.refined_step)
     if refined:
-        lines += ["", f"Steps-to-emergence were refined by replay (emergence.refine) for "
+        lines += ["", f"Steps-to-emergence were refined by replay (measure.refine) for "
                   f"{refined} of {len(emerged)} emerged runs: the first step, between the "
                   "bracketing evaluations, whose held-out metric passes the threshold, not a "
                   "multiple of eval_every."]

@@ -23,7 +23,7 @@ parents against the other candidate positions at start and end (does it rank the
 whatever its mass?), and how many seeds that never emerged rose all the same, so a mixer that
 never emerges still says whether it learned the pattern.
 
-Rows whose runs were patched (`train.patch`) add, over the runs whose pre checkpoint is on the
+Rows whose runs were patched (`measure.patch`) add, over the runs whose pre checkpoint is on the
 plateau, p(correct) pre and post, the fraction of the gap restored by the best head, by the
 greedy set of a quarter of the heads, by all heads, and by the ground-truth pattern in every
 head, and the accuracy the ground truth gives in every layer and in the best single layer (does

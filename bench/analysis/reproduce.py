@@ -141,7 +141,7 @@ def reproduce(spec_path: Path, out: Path | None, seeds: int | None, seed_start: 
               options: dict[str, Any], progress: bool,
               overrides: list[str] | None = None) -> tuple[list[dict[str, Any]], Path]:
     """Rerun (part of) a committed leaderboard into `out`, compare, write reproduce.md/json.
-    `overrides` (key=value) change spec fields first, e.g. trainer.accelerator=gpu: hardware
+    `overrides` (key=value) change spec fields first, e.g. runtime.accelerator=gpu: hardware
     keys leave the rows matching the committed ones."""
     if not 0 < alpha < 1:
         raise ConfigError(f"--alpha: must be in (0, 1), got {alpha}")

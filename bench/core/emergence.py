@@ -39,10 +39,6 @@ class EmergenceCriterion:
     """evaluations in a row that must hold the threshold to confirm emergence"""
     stop_early: bool = True
     """stop training once emergence is confirmed"""
-    refine: bool = False
-    """after a run emerges, replay training from the last checkpoint before the crossing and
-    evaluate after every step: the exact first step the metric passes (`refined_step`), not a
-    multiple of eval_every; tables then use it. Keeps analysis checkpoints; not in the job id"""
 
     def __post_init__(self) -> None:
         if not 1 <= self.consecutive <= 10_000:

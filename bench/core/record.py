@@ -212,19 +212,54 @@ class RunRecord:
 
 
 OPTIONAL = ("influence", "intervention", "attention_target")
+"""fields records from before they existed lack (read as None)"""
 
 TORCH_INIT = "torch"
 """`arch.init` of a run recorded before the field existed: PyTorch's module defaults"""
 
+MOVED = {
+    "train": {"compile": "runtime", "checkpoint_every": "runtime", "screen_size": "runtime",
+              "influence_size": "measure", "influence_rows": "measure",
+              "influence_every": "measure", "patch": "measure", "circuits": "measure",
+              "keep_checkpoints": "measure"},
+    "emergence": {"refine": "measure"},
+    "trainer": {"accelerator": "runtime", "devices": "runtime", "strategy": "runtime",
+                "num_nodes": "runtime", "logger": "runtime"},
+}
+"""History, never extended: the fields that left `train`, `emergence` and `trainer` on
+2026-12-07 for the `measure` and `runtime` sections (none of them was ever part of a job id)"""
+
 
 def upgrade_config(config: Any) -> Any:
-    """A stored run config as today's fields read it: one without `arch.init` ran PyTorch's
-    defaults (`torch`, which job ids leave out, so its id is unchanged)."""
-    if isinstance(config, dict) and isinstance(config.get("arch"), dict) \
-            and "init" not in config["arch"]:
-        return {**config, "arch": {**config["arch"], "init": TORCH_INIT}}
-    return config
-"""fields records from before they existed lack (read as None)"""
+    """A stored run config as today's fields read it: its sections as `move_sections` leaves
+    them, and one without `arch.init` ran PyTorch's defaults (`torch`, which job ids leave out,
+    so its id is unchanged)."""
+    out = move_sections(config)
+    if isinstance(out, dict) and isinstance(out.get("arch"), dict) and "init" not in out["arch"]:
+        out["arch"] = {**out["arch"], "init": TORCH_INIT}
+    return out
+
+
+def move_sections(config: Any) -> Any:
+    """A config or a spec (whose sections have the same names) with each field of MOVED in its
+    old section moved to its new one; one given in both places is a ValueError naming it."""
+    if not isinstance(config, dict):
+        return config
+    out = dict(config)
+    for old, fields in MOVED.items():
+        section = out.get(old)
+        if not isinstance(section, dict) or not set(section) & set(fields):
+            continue
+        out[old] = {k: v for k, v in section.items() if k not in fields}
+        for name, new in fields.items():
+            if name not in section:
+                continue
+            target = dict(out.get(new) or {})
+            if name in target:
+                raise ValueError(f"{old}.{name}: now {new}.{name}, and both are given; give "
+                                 f"{new}.{name} only")
+            out[new] = {**target, name: section[name]}
+    return out
 
 
 def as_records(results: list[RunRecord | dict[str, Any]]) -> list[RunRecord]:

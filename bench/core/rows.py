@@ -1,5 +1,5 @@
-"""What identifies a job and a leaderboard row: a content hash of the resolved config, less the
-knobs that change speed or hardware, not the experiment (a job id with the seed, a row without).
+"""What identifies a job and a leaderboard row: a content hash of the resolved config's
+experiment sections (a job id with the seed, a row without).
 Pure Python: sweeps, tables and figures all key by these."""
 
 from __future__ import annotations
@@ -8,34 +8,23 @@ import hashlib
 import json
 from typing import Any
 
-from .record import TORCH_INIT, RunRecord
+from .record import TORCH_INIT, RunRecord, upgrade_config
 
-# train fields that change speed, what is kept on disk or what is measured, not what is trained
-OPERATIONAL = ("compile", "checkpoint_every", "keep_checkpoints", "influence_size",
-               "influence_rows", "influence_every", "patch", "circuits", "screen_size")
-MEASUREMENT_ONLY = ("refine",)  # emergence fields that add a measurement, not change the run
-# `plugins` (modules to import) says where a mixer's code lives; its name and fields identify it
-# trainer keys that choose the hardware, not the experiment (precision changes numerics: kept)
-HARDWARE_ONLY = ("accelerator", "devices", "strategy", "num_nodes")
-LOGGING_ONLY = ("logger",)  # where metrics are also sent (TensorBoard, W&B, MLflow)
+NOT_THE_EXPERIMENT = ("measure", "runtime", "plugins")
+"""what is measured, how and where it runs, and where a mixer's code lives: sections, whole"""
 
 
 def experiment(config: dict[str, Any]) -> dict[str, Any]:
-    """A resolved config (as a dict) less the knobs that change speed or hardware, not the
-    experiment: the part job ids and leaderboard rows are keyed by (results from before a knob
-    existed match, and a GPU rerun of a CPU leaderboard lands in the same rows)."""
-    train = {k: v for k, v in config.get("train", {}).items() if k not in OPERATIONAL}
+    """A resolved config (as a dict, of any age: read through upgrade_config) less the sections
+    that are not the experiment: the part job ids and leaderboard rows are keyed by (results
+    from before a measurement existed match, and a GPU rerun of a CPU leaderboard lands in the
+    same rows)."""
+    config = upgrade_config(config)
     out = {k: v for k, v in config.items()  # no warm-up: ids as before the field existed
-           if k != "plugins" and not (k == "pretrain" and v is None)} | {"train": train}
-    if "arch" in config and config["arch"].get("init", TORCH_INIT) == TORCH_INIT:
+           if k not in NOT_THE_EXPERIMENT and not (k == "pretrain" and v is None)}
+    if isinstance(config.get("arch"), dict) and config["arch"].get("init") == TORCH_INIT:
         # PyTorch's defaults, what every record before the field ran: their ids as they were
         out["arch"] = {k: v for k, v in config["arch"].items() if k != "init"}
-    if "emergence" in config:
-        out["emergence"] = {k: v for k, v in config["emergence"].items()
-                            if k not in MEASUREMENT_ONLY}
-    if "trainer" in config:
-        out["trainer"] = {k: v for k, v in config["trainer"].items()
-                          if k not in HARDWARE_ONLY + LOGGING_ONLY}
     return out
 
 

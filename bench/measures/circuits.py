@@ -266,7 +266,7 @@ def screen_run(run_dir: Path | str, thresholds: dict[str, float] | None = None,
     kept = analysis_steps(run_dir)
     if not kept:
         raise ConfigError(f"RUN_DIR: {run_dir} has no analysis checkpoints; train it with "
-                          "train.keep_checkpoints=true")
+                          "measure.keep_checkpoints=true")
     task = build_run_task(cfg)
     tokens = task.sample(sequences, make_generator(task.instance_seed, SCREEN_STREAM, 0,
                                                    torch.device("cpu")))

@@ -1,6 +1,6 @@
 """The mixing-pattern maps of every mixer, measured during training by a Callback the run
 attaches: at every `influence_every`-th evaluation, the gradient (influence) and intervention
-maps (bench.measures.influence) on the first `train.influence_size` held-out sequences and the
+maps (bench.measures.influence) on the first `measure.influence_size` held-out sequences and the
 sampled rows, with their alignment with the ground truth (`val/{map}_mass`, `val/{map}_auroc`);
 the run's record keeps the maps at the first, bracketing and last evaluations."""
 
@@ -18,7 +18,7 @@ from datamodules.base import SequenceTask
 
 from ..core.emergence import EmergenceTracker
 from ..core.record import MixingMaps
-from ..training.config import TrainConfig
+from ..training.config import RunConfig
 from .influence import (
     REPLACEMENTS,
     alignment,
@@ -36,27 +36,28 @@ class MixingMapCallback(Callback):
     """Measures the maps; a `RecordsFields` of the run (bench.training.run) that adds them to
     its record."""
 
-    def __init__(self, train: TrainConfig, task: SequenceTask):
-        self.train, self.task = train, task
+    def __init__(self, cfg: RunConfig, task: SequenceTask):
+        measure, train = cfg.measure, cfg.train
+        self.measure, self.eval_every, self.task = measure, train.eval_every, task
         scored = task.scored_positions()  # (P,)
         self.scored = scored
         self.maps: dict[str, dict[int, list[list[float]]]] = {m: {} for m in MAPS}  # step -> (R, L)
-        self.rows = row_sample(len(scored), train.influence_rows)  # indices into scored
+        self.rows = row_sample(len(scored), measure.influence_rows)  # indices into scored
         # the intervention map replaces every position the measured rows can read
         self.replaceable = task.replacement_values()  # (L, V)
         upto = int(scored[self.rows].max()) + 1 if len(scored) else 0
-        replaced = 0 if not train.influence_size else int(
+        replaced = 0 if not measure.influence_size else int(
             (self.replaceable[:upto].sum(-1) - 1).clamp(0, REPLACEMENTS).sum())
         self.replacements: tuple[torch.Tensor, torch.Tensor] | None = None  # at first use
-        self.every = cadence(train.influence_size, len(self.rows), train.eval_every,
-                             train.batch_size, train.influence_every, replaced)
+        self.every = cadence(measure.influence_size, len(self.rows), train.eval_every,
+                             train.batch_size, measure.influence_every, replaced)
         self.seconds = 0.0  # spent measuring (bench perf reads it)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        n = self.train.influence_size
+        n = self.measure.influence_size
         if not n:
             return
-        if (module.global_step // self.train.eval_every) % self.every:
+        if (module.global_step // self.eval_every) % self.every:
             # not measured here (NaN in the curves, not the last value Lightning still holds)
             module.log_dict({f"val/{m}_{k}": math.nan for m in MAPS for k in ("mass", "auroc")},
                             batch_size=1)

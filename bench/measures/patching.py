@@ -7,7 +7,7 @@ probability of the correct token (dp) and in token accuracy. Reported: every (la
 alone; the greedy head set for K = 1..all (each step adds the head that raises p most), with the
 fraction of the pre-to-post gap in p restored; and the ground-truth pattern (row-normalised)
 patched into every head of a layer, and of all layers. Writes RUN_DIR/patch/ (patch.json,
-patch.md, patch.png). Needs the run's analysis checkpoints (`train.keep_checkpoints=true`) and
+patch.md, patch.png). Needs the run's analysis checkpoints (`measure.keep_checkpoints=true`) and
 a mixer that declares `PatchesAttention`.
 """
 
@@ -143,7 +143,7 @@ def _checked(run_dir: Path, pre: int | None, post: int | None) -> tuple[RunRecor
     kept = analysis_steps(run_dir)
     if not kept:
         raise ConfigError(f"RUN_DIR: {run_dir} has no analysis checkpoints; train it with "
-                          "train.keep_checkpoints=true")
+                          "measure.keep_checkpoints=true")
     d_pre, d_post = (None, None) if pre is not None and post is not None else \
         default_steps(result, kept)
     given = pre is not None

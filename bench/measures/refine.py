@@ -55,10 +55,8 @@ def refine(cfg: RunConfig, task: Any, run_dir: Path, crossing: int,
     """Replay `cfg` from the checkpoint before `crossing` to it, evaluating after every step.
     Returns {refined_step, lower, upper, exact, curve}."""
     lower, upper = bracket(run_dir, crossing)
-    replay = dataclasses.replace(cfg, train=dataclasses.replace(
-        cfg.train, eval_every=1, max_steps=upper, checkpoint_every=0, keep_checkpoints=False,
-        influence_size=0))
-    module = EmergenceModule(replay.arch, replay.train, task)
+    replay = dataclasses.replace(cfg.train, eval_every=1, max_steps=upper)
+    module = EmergenceModule(cfg.arch, replay, task, cfg.runtime.compile)
     curve = StepCurve(cfg.emergence, lower)
     trainer = L.Trainer(
         max_steps=upper, val_check_interval=1, check_val_every_n_epoch=None,

@@ -19,7 +19,7 @@ from .maps import MixingMapCallback
 
 def measures(cfg: RunConfig, task: SequenceTask) -> list:
     """The callbacks that measure a run while it trains."""
-    return [MixingMapCallback(cfg.train, task)]
+    return [MixingMapCallback(cfg, task)]
 
 
 def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[str, Any] | None:
@@ -44,7 +44,7 @@ def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, record: RunRe
     if keeps_analysis_checkpoints(cfg):
         record.checkpoints = {s: analysis_path(run_dir, s).stat().st_size
                               for s in analysis_steps(run_dir)}
-    if cfg.emergence.refine and record.emerged:
+    if cfg.measure.refine and record.emerged:
         if world_size > 1:
             record.refine = "skipped: a multi-device run (replay runs on one device)"
         else:
@@ -54,11 +54,11 @@ def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, record: RunRe
                           trainer_options(cfg, progress=False))
             record.refined_step = done.pop("refined_step")
             record.refine = done
-    if cfg.train.patch and record.emerged:
+    if cfg.measure.patch and record.emerged:
         record.patch = patch_summary(run_dir)
-    if cfg.train.circuits:
+    if cfg.measure.circuits:
         record.circuits = circuits_summary(run_dir)
-    if cfg.emergence.refine and not cfg.train.keep_checkpoints:  # kept only to replay from
+    if cfg.measure.refine and not cfg.measure.keep_checkpoints:  # kept only to replay from
         for s in analysis_steps(run_dir):
             analysis_path(run_dir, s).unlink()
         remove_resume_checkpoint(run_dir)

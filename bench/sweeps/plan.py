@@ -91,7 +91,8 @@ def calibrate(job: RunConfig, threads: int) -> float:
     try:
         torch.manual_seed(job.seed)
         task = build_run_task(job)
-        loop = BareLoop(EmergenceModule(job.arch, job.train, task), task, torch.device("cpu"))
+        module = EmergenceModule(job.arch, job.train, task, job.runtime.compile)
+        loop = BareLoop(module, task, torch.device("cpu"))
         loop.run(WARMUP_STEPS)
         durations, _ = loop.run(CALIBRATION_STEPS)
         return CALIBRATION_STEPS / max(sum(durations), 1e-9)

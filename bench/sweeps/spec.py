@@ -28,7 +28,7 @@ from ..core.record import RunRecord
 from ..core.rows import by_row, group_key, lr_preference, survival_sample
 from ..core.seeds import TUNE_SEED_START, seed_list
 from ..core.stats import kaplan_meier
-from ..training.config import RunConfig, load_run_config, read_yaml_mapping
+from ..training.config import RunConfig, load_run_config, read_yaml_mapping, upgrade_sections
 from ..training.sections import build_section
 from .axes import DERIVED_AXES, AxisError, axis_value, derived_axis
 
@@ -51,6 +51,10 @@ class SweepSpec:
     train: dict[str, Any] = field(default_factory=dict)
     """training fields; `lr` may be a list (a grid: the best per architecture is reported)"""
     emergence: dict[str, Any] = field(default_factory=dict)
+    measure: dict[str, Any] = field(default_factory=dict)
+    """what every job measures beside training (bench.training.config.MeasureConfig)"""
+    runtime: dict[str, Any] = field(default_factory=dict)
+    """how and where every job runs (bench.training.config.RuntimeConfig: hardware included)"""
     trainer: dict[str, Any] = field(default_factory=dict)
     claim: str = ""
     """the claim the leaderboard tests, printed above its table"""
@@ -150,17 +154,18 @@ def grid(section: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 
 def load_spec(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
-    """The spec at `path`, with `overrides` (key=value, e.g. trainer.accelerator=gpu) merged in."""
+    """The spec at `path`, with `overrides` (key=value, e.g. runtime.accelerator=gpu) merged in;
+    fields that moved to `measure` and `runtime` read from their old sections too."""
     raw = read_yaml_mapping(path, str(path), "no such sweep spec",
                             "a sweep spec is a mapping (name, task, archs, seeds, ...)")
     for item in overrides:
         if "=" not in item or not item.split("=", 1)[0].strip():
-            raise ConfigError(f"--set {item}: expected key=value, e.g. trainer.accelerator=gpu")
+            raise ConfigError(f"--set {item}: expected key=value, e.g. runtime.accelerator=gpu")
         try:
             raw = OmegaConf.merge(raw, OmegaConf.from_dotlist([item]))
         except (OmegaConfBaseException, ValueError) as e:
             raise ConfigError(f"--set {item}: {str(e).splitlines()[0]}") from None
-    return build_section(SweepSpec, raw, "")
+    return build_section(SweepSpec, upgrade_sections(raw), "")
 
 
 def expand(spec: SweepSpec, rates: dict[str, float] | None = None) -> list[RunConfig]:
@@ -270,7 +275,7 @@ def _expand(spec: SweepSpec, lrs: list[Any], seeds: list[int]) -> list[RunConfig
                               "each key is task.FIELD or arch.FIELD with a value the grid takes")
     if not rows:
         raise ConfigError("exclude: leaves out every cell of the grid; nothing would run")
-    check_sweep_trainer(spec.trainer)
+    check_sweep_devices(spec.runtime)
     # the spec-level checks read one job per row (the seeds differ in nothing they read), before
     # the seeds are expanded; a plot axis or test field missing from a row was refused as that
     # row was built, so a 10,000-job spec with a bad test answers in a moment. The board is
@@ -399,21 +404,22 @@ def check_plot_axes(plots: list[list[str]], configs: list[dict[str, Any]]) -> No
         raise ConfigError(f"plots: {e}") from None
 
 
-def check_sweep_trainer(trainer: dict[str, Any]) -> None:
+def check_sweep_devices(runtime: dict[str, Any]) -> None:
     """A multi-device job in a sweep must start its ranks itself (a `*spawn` strategy): `ddp`
     would rerun the whole sweep command once per rank."""
-    devices = trainer.get("devices", 1)
+    devices = runtime.get("devices", 1)
     many = (devices in (-1, "-1", "auto") or (isinstance(devices, int) and devices > 1)
             or (isinstance(devices, list | str) and len(str(devices).split(",")) > 1))
-    strategy = str(trainer.get("strategy", "auto"))
+    strategy = str(runtime.get("strategy", "auto"))
     if many and "spawn" not in strategy:
-        raise ConfigError(f"trainer.strategy: '{strategy}' with several devices relaunches the "
+        raise ConfigError(f"runtime.strategy: '{strategy}' with several devices relaunches the "
                           "command per rank, which a sweep cannot; use ddp_spawn in sweeps")
 
 
 def _job(task, arch, train, spec, seed, where, pretrain="none", j=0) -> RunConfig:
     overrides = {"task": task, "arch": arch, "train": train, "emergence": spec.emergence,
-                 "trainer": spec.trainer, "seed": seed, "plugins": spec.plugins,
+                 "measure": spec.measure, "runtime": spec.runtime, "trainer": spec.trainer,
+                 "seed": seed, "plugins": spec.plugins,
                  "pretrain": pretrain}
     try:
         return load_run_config(overrides)

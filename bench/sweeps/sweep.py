@@ -103,13 +103,13 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
 
 def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:
     """Analysis checkpoints are off by default; a sweep that keeps them says what they cost."""
-    keeping = [j for j in jobs if j.train.keep_checkpoints]
+    keeping = [j for j in jobs if j.measure.keep_checkpoints]
     if keeping:
         from ..training.checkpoint import analysis_disk_bytes
 
         total = sum(analysis_disk_bytes(j) for j in keeping)
         size = f"{total / 2**30:,.2f} GiB" if total >= 2**30 else f"{total / 2**20:,.1f} MiB"
-        print(f"analysis checkpoints (train.keep_checkpoints): up to {size} for {len(keeping)} "
+        print(f"analysis checkpoints (measure.keep_checkpoints): up to {size} for {len(keeping)} "
               f"runs in {out}/runs/*/checkpoints", file=sys.stderr)
 
 

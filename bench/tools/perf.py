@@ -10,14 +10,14 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
 - the share of the bare step spent drawing the batch;
 - the share of wall time evaluation takes at the default cadence (one evaluation / (it +
   eval_every steps)): the screened evaluation a run makes at almost every cadence point
-  (`train.screen_size` sequences, analysis included), and a whole one (made only at step 0, at
+  (`runtime.screen_size` sequences, analysis included), and a whole one (made only at step 0, at
   the end and where the outcome could turn on it);
 - the share of the analysis within it: the mixing-pattern maps (gradient and intervention)
   and the attention statistics' own arithmetic (recording the attention inside the forward pass
   counts as evaluation); the maps are timed once per size, at the first stretch's screened
   evaluation (their cost does not change between repeats, and at 1,024 tokens one map of the
   slower mixers takes minutes), and counted 1/k in every repeat, as they come every k-th
-  evaluation at the default cadence (train.influence_every);
+  evaluation at the default cadence (measure.influence_every);
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
 - per mixer, the exponent of step time against sequence length (a log-log fit over the lengths);
@@ -37,7 +37,7 @@ import shlex
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,8 @@ def parse_arch(text: str) -> list[str]:
 def configs(archs: list[str], size_list: list[Size], compile_: bool) -> list[list[Any]]:
     """Validated run configs, one list (ascending sizes) per mixer; checked before anything runs."""
     return [[load_run_config(OmegaConf.merge(parse_overrides(parse_arch(a)), {
-        "task": s.task, "train": {"batch_size": s.batch_size, "compile": compile_}}))
+        "task": s.task, "train": {"batch_size": s.batch_size},
+        "runtime": {"compile": compile_}}))
              for s in size_list] for a in archs]
 
 
@@ -134,10 +135,11 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     from ..training.run import kernel_path
 
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
-    task = task_instance(cfg.task, cfg.train, seed=0)
+    cfg = replace(cfg, seed=0)
+    task = task_instance(cfg.task, cfg)
     torch.manual_seed(0)
-    module = EmergenceModule(cfg.arch, cfg.train, task).to(device)
-    maps = MixingMapCallback(cfg.train, task)
+    module = EmergenceModule(cfg.arch, cfg.train, task, cfg.runtime.compile).to(device)
+    maps = MixingMapCallback(cfg, task)
     bare = BareLoop(module, task, device)
     first = sum(bare.run(warmup)[0])  # warm-up (and compilation, if any), excluded
     steps = int(min(max(target_s / statistics.median(bare.run(3)[0]), 5), 500))
@@ -168,7 +170,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
     return {
         "arch": cfg.arch.name, "kernel_path": kernel_path(module), "seq_tokens": task.n_tokens,
         "batch_size": cfg.train.batch_size, "params": sum(p.numel() for p in module.parameters()),
-        "compile": cfg.train.compile, "first_steps_s": first, "timed_steps": steps,
+        "compile": cfg.runtime.compile, "first_steps_s": first, "timed_steps": steps,
         "lightning_steps_per_s": 1 / step_l, "bare_steps_per_s": 1 / step_b,
         "lightning_tokens_per_s": tokens / step_l, "bare_tokens_per_s": tokens / step_b,
         "lightning_step_ms": 1000 * step_l, "bare_step_ms": 1000 * step_b,
@@ -177,7 +179,7 @@ def _measure(cfg, repeats: int, target_s: float, warmup: int, accelerator: str) 
         "eval_share": share(evals), "whole_eval_share": share(wholes),
         "analysis_share": share(analyses), "leak_of_whole": statistics.median(leaks),
         "eval_every": cfg.train.eval_every,
-        "screen_size": cfg.train.screen_size, "screen_rows": task.screen_rows,
+        "screen_size": cfg.runtime.screen_size, "screen_rows": task.screen_rows,
         "influence_every": maps.every,
         "peak_mib": peak,
     }
@@ -222,7 +224,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
             # the maps are measured once, at the screened evaluation (the step-0 and the whole
             # one would measure them again at the same cost, for no number the report uses)
             measured = not trainer.sanity_checking and not self.evals and map_s is None
-            maps.train = train if measured else quiet
+            maps.measure = measure if measured else quiet
             # analysis: the module's attention statistics and the maps callback's maps
             self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s + maps.seconds
             self.i0, self.l0 = maps.seconds, pl_module.leak_s
@@ -245,18 +247,19 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
 
     every_k = maps.every  # the default cadence's (eval_every 50)
     maps.every = 1  # measured at the stretch's screened evaluation, counted 1/k
-    train, quiet = maps.train, dataclasses.replace(maps.train, influence_size=0)
+    measure, quiet = maps.measure, dataclasses.replace(maps.measure, influence_size=0)
     timer = Timer()
     run_cfg = dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
                                        eval_every=every),
-        trainer={"accelerator": accelerator, "log_every_n_steps": cfg.train.eval_every})
+        runtime=dataclasses.replace(cfg.runtime, accelerator=accelerator),
+        trainer={"log_every_n_steps": cfg.train.eval_every})
     emergence = emergence_callback(cfg, task)
     emergence.tracker.criterion = dataclasses.replace(cfg.emergence, stop_early=False)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(run_cfg, Path(tmp), [maps, emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
-    maps.every, maps.train = every_k, train
+    maps.every, maps.measure = every_k, measure
     (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
     return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak, timer.map_s
@@ -292,9 +295,9 @@ def seeds_per_hour(cfgs: list[Any], steps: int, accelerator: str) -> list[dict[s
     ctx = mp.get_context("spawn")
     for cfg in cfgs:
         config = cfg.to_dict()
-        config["train"] |= {"max_steps": steps, "checkpoint_every": 0}
+        config["train"] |= {"max_steps": steps}
+        config["runtime"] |= {"checkpoint_every": 0, "accelerator": accelerator}
         config["emergence"] |= {"stop_early": False}
-        config["trainer"] = {"accelerator": accelerator}
         for workers, threads in settings(accelerator):
             with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
                 walls = list(pool.map(_timed_job, [config] * workers, range(workers),
@@ -378,7 +381,7 @@ def to_markdown(report: dict[str, Any]) -> str:
           f"{r['peak_mib']:,.0f}"]
          for r in report["rows"]])
     lines += ["", f"eval @{eval_every}: the screened evaluation a run makes at almost every "
-              "cadence point (`train.screen_size` held-out sequences and half as many training "
+              "cadence point (`runtime.screen_size` held-out sequences and half as many training "
               "ones, at most 8,192 tokens' worth or an eighth of the sequences trained between "
               "two evaluations: 'screen rows'), analysis included, as a share "
               "of wall time; analysis: its gradient and intervention maps "

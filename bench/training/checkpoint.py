@@ -1,7 +1,7 @@
 """Resume checkpoints: a killed, preempted or retried run continues from its last checkpoint
 instead of step 0, and ends with the result the uninterrupted run would have had.
 
-Every `train.checkpoint_every` steps (at the first evaluation at or after it) the run saves
+Every `runtime.checkpoint_every` steps (at the first evaluation at or after it) the run saves
 `checkpoints/resume.ckpt` in its directory with Lightning's `ModelCheckpoint`, after the
 evaluation has been recorded: weights, optimizer and schedule, loop counters and the state of
 the callbacks that keep the curves and the emergence tracker. The file is replaced atomically
@@ -137,7 +137,7 @@ def load_analysis_module(run_dir: Path, step: int, cfg: Any, task: Any) -> Any:
     file that is not this run's checkpoint is a one-line ConfigError."""
     from .lightning_module import EmergenceModule
 
-    module = EmergenceModule(cfg.arch, cfg.train, task)
+    module = EmergenceModule(cfg.arch, cfg.train, task, cfg.runtime.compile)
     path = analysis_path(run_dir, step)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

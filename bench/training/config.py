@@ -24,6 +24,7 @@ from datamodules.config import SCREEN_MIN_ROWS
 
 from ..core.emergence import EmergenceCriterion, check_threshold
 from ..core.errors import ConfigError
+from ..core.record import MOVED, move_sections
 from ..core.rows import job_id
 from ..core.seeds import SEED_LIMIT
 from .sections import _one_line, build_section, parse_overrides, task_schema, yaml_problem
@@ -35,6 +36,8 @@ if TYPE_CHECKING:  # Lightning, imported by the task's module, only where a task
 
 @dataclass
 class TrainConfig:
+    """What is trained: every field is part of the job id."""
+
     max_steps: int = 3000
     """training budget in optimizer steps; a run that has not emerged by then is censored"""
     batch_size: int = 64
@@ -55,6 +58,85 @@ class TrainConfig:
     probe_size: int = 256
     """training sequences evaluated beside them: accuracy on the training distribution, so
     memorisation shows as a gap"""
+
+    def __post_init__(self) -> None:
+        for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
+                           ("probe_size", 2**20), ("warmup_steps", 10**8)):
+            low = 0 if name == "warmup_steps" else 1
+            if not low <= getattr(self, name) <= high:
+                raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
+        if not 1 <= self.eval_every <= self.max_steps:
+            raise ValueError(f"eval_every: must be in 1..max_steps ({self.max_steps}): no "
+                             "evaluation within the budget measures nothing, got "
+                             f"{self.eval_every}")
+        for name, low, high in (("lr", 0, 1e6), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
+            value = getattr(self, name)
+            if not low <= value <= high or (name == "lr" and value == 0):  # NaN fails too
+                bounds = f"({low:g}, {high:g}]" if name == "lr" else f"[{low:g}, {high:g}]"
+                raise ValueError(f"{name}: must be in {bounds}, got {value}")
+
+
+def _counts(section: Any, highs: dict[str, int]) -> None:
+    """Each of `highs`' fields of `section` is a count in 0..its high."""
+    for name, high in highs.items():
+        if not 0 <= getattr(section, name) <= high:
+            raise ValueError(f"{name}: must be in 0..{high}, got {getattr(section, name)}")
+
+
+@dataclass
+class MeasureConfig:
+    """What is measured beside training (maps, patching, head screens, checkpoints kept for
+    them, the replayed emergence step): never part of the job id, so a measurement added to a
+    finished board keys the same runs."""
+
+    influence_size: int = 16
+    """held-out sequences whose influence map (every mixer's mixing pattern, measured by
+    gradients) is computed, with its alignment with the ground truth (val/influence_mass,
+    val/influence_auroc); 0 = off"""
+    influence_rows: int = 8
+    """scored positions whose rows the influence map measures (one gradient pass per sequence
+    and row), evenly spaced over the scored positions and always the same ones; 0 = every
+    scored position"""
+    influence_every: int = 0
+    """compute the influence map at every this-many-th evaluation (and at step 0); 0 = the
+    smallest k that keeps its gradient passes (influence_size x rows) within 5% of the
+    training sequences between two maps (k x eval_every x batch_size)"""
+    patch: bool = False
+    """after a run that emerged, patch its attention between the plateau and emergence
+    checkpoints (`bench patch`, into patch/) and keep the summary in result.json; needs
+    keep_checkpoints; a mixer without patchable attention is noted, not an error"""
+    circuits: bool = False
+    """after the run, screen its attention heads over the analysis checkpoints (`bench
+    circuits`, into circuits/) and keep the summary in result.json; needs keep_checkpoints and
+    the induction task; a mixer without patchable attention is noted, not an error"""
+    keep_checkpoints: bool = False
+    """keep full checkpoints for analysis in checkpoints/ (initialisation, evaluations 1, 2, 4,
+    8, ... in, the two evaluations bracketing emergence, the end): `bench patch`, influence maps
+    over training, measure.refine"""
+    refine: bool = False
+    """after a run emerges, replay training from the last checkpoint before the crossing and
+    evaluate after every step: the exact first step the metric passes (`refined_step`), not a
+    multiple of eval_every; tables then use it. Keeps analysis checkpoints"""
+
+    def __post_init__(self) -> None:
+        _counts(self, {"influence_size": 2**16, "influence_rows": 2**20,
+                       "influence_every": 10**8})
+        if self.patch and not self.keep_checkpoints:
+            raise ValueError("patch: needs keep_checkpoints=true (it patches between them)")
+        if self.circuits and not self.keep_checkpoints:
+            raise ValueError("circuits: needs keep_checkpoints=true (it screens them)")
+
+
+TRAINER_ARGUMENT = {"trainer": True}
+"""a runtime field the runner hands to lightning.Trainer (the logger built from it first)"""
+
+
+@dataclass
+class RuntimeConfig:
+    """How and where a run executes (speed, resumption, the evaluation screen, hardware,
+    loggers): never part of the job id, so a GPU rerun of a CPU board lands in its rows. The
+    hardware fields are lightning.Trainer's arguments of the same names."""
+
     screen_size: int = 128
     """held-out sequences (with half as many training-probe ones) evaluated at every
     evaluation, fewer where they would hold more than 8,192 tokens or be more than an eighth of
@@ -62,10 +144,9 @@ class TrainConfig:
     sequence holds many scored positions); the rest of the set is evaluated
     only where the outcome could turn on it: at step 0, at the last evaluation, and while the
     run is open with the screen within reach of the threshold or a passing streak under way
-    (bench.core.emergence.SCREEN_MARGIN); 0 evaluates the whole set every time; not part of
-    the job id"""
+    (bench.core.emergence.SCREEN_MARGIN); 0 evaluates the whole set every time"""
     compile: bool = False
-    """torch.compile the model (speed only: not part of the job id)"""
+    """torch.compile the model (speed only)"""
     checkpoint_every: int = 500
     """save a resume checkpoint at the first evaluation this many steps after the last one, so a
     killed or retried run continues from it; removed when the run finishes (0 = never; not part
@@ -73,11 +154,11 @@ class TrainConfig:
     influence_size: int = 16
     """held-out sequences whose influence map (every mixer's mixing pattern, measured by
     gradients) is computed, with its alignment with the ground truth (val/influence_mass,
-    val/influence_auroc); 0 = off; not part of the job id"""
+    val/influence_auroc); 0 = off"""
     influence_rows: int = 8
     """scored positions whose rows the influence map measures (one gradient pass per sequence
     and row), evenly spaced over the scored positions and always the same ones; 0 = every
-    scored position; not part of the job id"""
+    scored position"""
     influence_every: int = 0
     """compute the influence map at every this-many-th evaluation (and at step 0); 0 = the
     smallest k that keeps its gradient passes (influence_size x rows) within 5% of the
@@ -96,31 +177,24 @@ class TrainConfig:
     keep_checkpoints: bool = False
     """keep full checkpoints for analysis in checkpoints/ (initialisation, evaluations 1, 2, 4,
     8, ... in, the two evaluations bracketing emergence, the end): `bench patch`, influence maps
-    over training, emergence.refine; not part of the job id"""
+    over training, measure.refine"""
+
+    accelerator: Any = field(default="auto", metadata=TRAINER_ARGUMENT)
+    """cpu, gpu, cuda, mps, ... or auto (the GPU where one is visible: the processes executor
+    shows each worker its own, else the CPU)"""
+    devices: Any = field(default=1, metadata=TRAINER_ARGUMENT)
+    """devices per run: a count, -1 or auto (every visible one), or a list of indices; several
+    need a strategy that starts its ranks itself in a sweep (ddp_spawn)"""
+    strategy: Any = field(default="auto", metadata=TRAINER_ARGUMENT)
+    """Lightning's strategy (auto, ddp, ddp_spawn, fsdp, ...)"""
+    num_nodes: int = field(default=1, metadata=TRAINER_ARGUMENT)
+    """machines per run"""
+    logger: Any = field(default=None, metadata=TRAINER_ARGUMENT)
+    """where metrics are also sent: tensorboard, wandb, mlflow, a list of them, or a mapping of
+    each to its options (metrics.csv is always written)"""
 
     def __post_init__(self) -> None:
-        for name, high in (("max_steps", 10**8), ("batch_size", 2**20), ("eval_size", 2**20),
-                           ("probe_size", 2**20), ("warmup_steps", 10**8),
-                           ("checkpoint_every", 10**8), ("influence_size", 2**16),
-                           ("influence_rows", 2**20), ("influence_every", 10**8),
-                           ("screen_size", 2**20)):
-            low = 0 if name in ("warmup_steps", "checkpoint_every", "influence_size",
-                                "influence_rows", "influence_every", "screen_size") else 1
-            if not low <= getattr(self, name) <= high:
-                raise ValueError(f"{name}: must be in {low}..{high}, got {getattr(self, name)}")
-        if not 1 <= self.eval_every <= self.max_steps:
-            raise ValueError(f"eval_every: must be in 1..max_steps ({self.max_steps}): no "
-                             "evaluation within the budget measures nothing, got "
-                             f"{self.eval_every}")
-        if self.patch and not self.keep_checkpoints:
-            raise ValueError("patch: needs keep_checkpoints=true (it patches between them)")
-        if self.circuits and not self.keep_checkpoints:
-            raise ValueError("circuits: needs keep_checkpoints=true (it screens them)")
-        for name, low, high in (("lr", 0, 1e6), ("weight_decay", 0, 10), ("grad_clip", 0, 1e6)):
-            value = getattr(self, name)
-            if not low <= value <= high or (name == "lr" and value == 0):  # NaN fails too
-                bounds = f"({low:g}, {high:g}]" if name == "lr" else f"[{low:g}, {high:g}]"
-                raise ValueError(f"{name}: must be in {bounds}, got {value}")
+        _counts(self, {"checkpoint_every": 10**8, "screen_size": 2**20})
 
 
 TRANSFER_SETS = ("all", "body")
@@ -167,8 +241,11 @@ class RunConfig:
     """the architecture's config (section chosen by arch.name)"""
     train: TrainConfig = field(default_factory=TrainConfig)
     emergence: EmergenceCriterion = field(default_factory=EmergenceCriterion)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     trainer: dict[str, Any] = field(default_factory=dict)
-    """passed to lightning.Trainer (accelerator, devices, precision, strategy, ...)"""
+    """further lightning.Trainer arguments (precision, deterministic, ...): they may change the
+    numbers, so they are part of the job id; the hardware ones are runtime's fields"""
     seed: int = 0
     """seed for initialisation and the training data stream (0 .. 2^32 - 1)"""
     plugins: list[str] = field(default_factory=list)
@@ -187,8 +264,7 @@ class RunConfig:
 
     def job_id(self) -> str:
         """Stable content hash of the resolved config: the same job has the same id anywhere.
-        Knobs that change speed or hardware, not the experiment (train.compile,
-        trainer.accelerator, ...), are left out."""
+        The experiment's sections only: `measure`, `runtime` and `plugins` are left out."""
         return job_id(self.to_dict())
 
 
@@ -260,6 +336,7 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
             raw = OmegaConf.merge(read_config_file(config_file), raw)
         except OmegaConfBaseException as e:
             raise ConfigError(_one_line(e)) from None
+    raw = upgrade_sections(raw)
     unknown = set(raw) - {f.name for f in dataclasses.fields(RunConfig)}
     if unknown:
         allowed = ", ".join(f.name for f in dataclasses.fields(RunConfig))
@@ -272,7 +349,7 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
         import_plugins(list(plugins))
     except ContractError as e:
         raise ConfigError(f"plugins: {e}") from None
-    for section in ("task", "arch", "train", "emergence", "trainer"):
+    for section in ("task", "arch", "train", "emergence", "measure", "runtime", "trainer"):
         value = raw.get(section)
         if value is not None and not OmegaConf.is_dict(value):
             kind = "a list" if OmegaConf.is_list(value) else repr(value)
@@ -282,12 +359,34 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     arch = _registered(raw, "arch", "transformer")
     train = build_section(TrainConfig, raw.get("train"), "train")
     emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
+    measure = build_section(MeasureConfig, raw.get("measure"), "measure")
+    runtime = build_section(RuntimeConfig, raw.get("runtime"), "runtime")
     pretrain = _pretrain(raw.get("pretrain"))
     rest = {k: v for k, v in raw.items() if k in ("trainer", "seed", "plugins")}
     base = build_section(RunConfig, rest, "")
-    check_trainer(base.trainer)
+    check_trainer(base.trainer, hardware(runtime, only_set=True))
     return dataclasses.replace(base, task=task, arch=arch, train=train, emergence=emergence,
-                               pretrain=pretrain)
+                               measure=measure, runtime=runtime, pretrain=pretrain)
+
+
+def upgrade_sections(raw: DictConfig) -> DictConfig:
+    """`raw` with the fields that moved to `measure` and `runtime` (bench.core.record.MOVED)
+    moved there, so old specs, records and command lines read as today's; one given in both
+    places is a ConfigError."""
+    if not any(OmegaConf.is_dict(raw.get(old)) and set(raw[old]) & set(fields)
+               for old, fields in MOVED.items()):
+        return raw
+    try:
+        return OmegaConf.create(move_sections(OmegaConf.to_container(raw)))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def hardware(runtime: RuntimeConfig, only_set: bool = False) -> dict[str, Any]:
+    """The runtime fields the Trainer takes (TRAINER_ARGUMENT), by name; with `only_set`, those
+    away from their defaults."""
+    return {f.name: getattr(runtime, f.name) for f in dataclasses.fields(runtime) if
+            f.metadata.get("trainer") and not (only_set and getattr(runtime, f.name) == f.default)}
 
 
 def check_contract(cfg: RunConfig, lengths: list[int] | tuple[int, ...]) -> None:
@@ -300,22 +399,24 @@ def check_contract(cfg: RunConfig, lengths: list[int] | tuple[int, ...]) -> None
         raise ConfigError(f"arch.name: {e}") from None
 
 
-def screen_size(train: TrainConfig) -> int:
-    """The screen's held-out sequences: `train.screen_size`, but at most an eighth of the
+def screen_size(cfg: RunConfig) -> int:
+    """The screen's held-out sequences: `runtime.screen_size`, but at most an eighth of the
     sequences trained on between two evaluations (16 at least), so that the screen stays a small
     share of a small-batch run (perf's L = 64 at batch 8: 50, not 128; no committed spec
     changes). The task also caps it at 8,192 tokens."""
-    bound = max(SCREEN_MIN_ROWS, train.eval_every * train.batch_size // 8)
-    return min(train.screen_size, bound)
+    bound = max(SCREEN_MIN_ROWS, cfg.train.eval_every * cfg.train.batch_size // 8)
+    return min(cfg.runtime.screen_size, bound)
 
 
-def task_instance(config: TaskConfig, train: TrainConfig, seed: int,
-                  where: str = "task.") -> SequenceTask:
-    """The instance of `config` a run with `train` and `seed` trains on, its evaluation set
-    drawn; an instance the task refuses is a one-line ConfigError prefixed by `where`."""
+def task_instance(config: TaskConfig, cfg: RunConfig, where: str = "task.") -> SequenceTask:
+    """The instance of `config` (the run's task or its warm-up's) that the run `cfg` trains on,
+    its evaluation set drawn; an instance the task refuses is a one-line ConfigError prefixed
+    by `where`."""
+    train = cfg.train
     try:
         task = build_task(config, batch_size=train.batch_size, eval_size=train.eval_size,
-                          probe_size=train.probe_size, seed=seed, screen_size=screen_size(train))
+                          probe_size=train.probe_size, seed=cfg.seed,
+                          screen_size=screen_size(cfg))
         task.references()  # draws the evaluation set (a held-out part may be empty)
     except ValueError as e:
         raise ConfigError(f"{where}{e}") from None
@@ -325,7 +426,7 @@ def task_instance(config: TaskConfig, train: TrainConfig, seed: int,
 def build_run_task(cfg: RunConfig) -> SequenceTask:
     """The job's task instance, checked: an instance the task refuses, or an emergence threshold
     outside (no-context baseline, Bayes ceiling], is a ConfigError before anything is written."""
-    task = task_instance(cfg.task, cfg.train, cfg.seed)
+    task = task_instance(cfg.task, cfg)
     if task.PER_SEQUENCE_PATTERN and getattr(cfg.arch, "attention_bias", 0):
         raise ConfigError(f"arch.attention_bias: must be 0 on {cfg.task.name}, whose "
                           "ground-truth pattern changes with every sequence")
@@ -338,7 +439,7 @@ def build_run_task(cfg: RunConfig) -> SequenceTask:
 
 
 __all__ = [
-    "ArchConfig", "ConfigError", "EmergenceCriterion", "PretrainConfig", "RunConfig",
-    "TaskConfig", "TrainConfig",
+    "ArchConfig", "ConfigError", "EmergenceCriterion", "MeasureConfig", "PretrainConfig",
+    "RunConfig", "RuntimeConfig", "TaskConfig", "TrainConfig",
     "load_run_config", "parse_overrides",
 ]

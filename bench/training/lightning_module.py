@@ -34,7 +34,9 @@ def attention_rows(seq_len: int) -> int:
 
 
 class EmergenceModule(L.LightningModule):
-    def __init__(self, arch: ArchConfig, train: TrainConfig, task: SequenceTask):
+    def __init__(self, arch: ArchConfig, train: TrainConfig, task: SequenceTask,
+                 compile: bool = False):
+        """`compile`: torch.compile the model (runtime.compile; speed only)."""
         super().__init__()
         self.train_config = train
         self.vocab_size, self.group_size = task.vocab_size, task.group_size
@@ -62,7 +64,7 @@ class EmergenceModule(L.LightningModule):
         self.analysis_s = 0.0  # seconds of attention statistics (bench perf reads it)
         # not a registered submodule: the compiled wrapper shares the model's parameters
         object.__setattr__(self, "forward_fn",
-                           torch.compile(self.model) if train.compile else self.model)
+                           torch.compile(self.model) if compile else self.model)
 
     def scored_logits(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, P, V) and targets (B, P) at the scored positions."""

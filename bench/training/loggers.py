@@ -1,5 +1,5 @@
 """Where a run's metrics go: always `metrics.csv` in the run directory, and any of the loggers
-users know (`trainer.logger: tensorboard`, `wandb`, `mlflow`, or a list), each an optional extra.
+users know (`runtime.logger: tensorboard`, `wandb`, `mlflow`, or a list), each an optional extra.
 
 The extra loggers are observation only, not part of the job id. They are configured the way
 their own tools are: W&B by `WANDB_PROJECT` (default `emergence-bench`), `WANDB_MODE=offline`
@@ -27,21 +27,21 @@ EXTRA_LOGGERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb
 
 
 def logger_names(value: Any) -> list[str]:
-    """`trainer.logger` as a list of names, checked (each known and its package installed)."""
+    """`runtime.logger` as a list of names, checked (each known and its package installed)."""
     names = [value] if isinstance(value, str) else value
     allowed = f"allowed: {', '.join(EXTRA_LOGGERS)}, or a list of them (metrics.csv is always kept)"
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ConfigError(f"trainer.logger: must be a logger name or a list of names, got "
+        raise ConfigError(f"runtime.logger: must be a logger name or a list of names, got "
                           f"{value!r}; {allowed}")
     for name in names:
         if name not in EXTRA_LOGGERS:
-            raise ConfigError(f"trainer.logger: unknown '{name}'; {allowed}")
+            raise ConfigError(f"runtime.logger: unknown '{name}'; {allowed}")
         module, extra = EXTRA_LOGGERS[name]
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(f"trainer.logger: {name} needs the {module} package: "
+            raise ConfigError(f"runtime.logger: {name} needs the {module} package: "
                               f"{install_hint(extra)}")
     if len(set(names)) < len(names):
-        raise ConfigError(f"trainer.logger: {names} names a logger twice")
+        raise ConfigError(f"runtime.logger: {names} names a logger twice")
     return names
 
 

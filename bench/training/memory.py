@@ -86,7 +86,7 @@ def available_bytes(device: str) -> int | None:
 
 def run_device(cfg: RunConfig) -> str:
     """Where the run will train: cuda or cpu (Lightning's `auto` picks a visible GPU)."""
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    accelerator = str(cfg.runtime.accelerator)
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     return "cuda" if gpu else "cpu"
 

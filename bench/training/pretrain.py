@@ -73,7 +73,7 @@ def check_transfer(cfg: RunConfig, source: nn.Module, target: nn.Module) -> list
 
 def pretrain_task(cfg: RunConfig) -> Any:
     """The warm-up's task instance (its held-out part drawn), or a one-line ConfigError."""
-    return task_instance(cfg.pretrain.task, cfg.train, cfg.seed, "pretrain.task.")
+    return task_instance(cfg.pretrain.task, cfg, "pretrain.task.")
 
 
 def check_pretrain(cfg: RunConfig, instance: bool = True) -> None:
@@ -99,11 +99,10 @@ def warm_up(cfg: RunConfig, module: EmergenceModule, run_dir: Path,
     """Train the warm-up, copy the transfer set into `module.model`, write pretrain.json and
     return the record."""
     pre = cfg.pretrain
-    train = dataclasses.replace(cfg.train, lr=pre.lr, max_steps=pre.steps, eval_every=pre.steps,
-                                influence_size=0)
+    train = dataclasses.replace(cfg.train, lr=pre.lr, max_steps=pre.steps, eval_every=pre.steps)
     task = pretrain_task(cfg)
     L.seed_everything(derive_seed(cfg.seed, PRETRAIN_STREAM) % 2**32, verbose=False)
-    warm = EmergenceModule(cfg.arch, train, task)
+    warm = EmergenceModule(cfg.arch, train, task, cfg.runtime.compile)
     names = check_transfer(cfg, warm.model, module.model)
     # one device: under a multi-device launcher every rank warms up alike (same seed, same data)
     options = {**trainer_options, "enable_checkpointing": False, "num_sanity_val_steps": 0,

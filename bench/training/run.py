@@ -35,7 +35,7 @@ from .checkpoint import (
     remove_resume_checkpoint,
     resume_point,
 )
-from .config import RunConfig, build_run_task, check_contract
+from .config import RunConfig, build_run_task, check_contract, hardware
 from .lightning_module import EmergenceModule
 from .loggers import build_loggers
 from .memory import check_memory
@@ -104,31 +104,29 @@ def trainer_options(cfg: RunConfig, progress: bool) -> dict[str, Any]:
     """The Trainer arguments a run's training and its replay share (not the budget, cadence,
     logger or callbacks)."""
     return {
-        "accelerator": "auto",  # the GPU where one is visible (the processes executor
-        # shows each worker its own), else the CPU
-        "devices": 1,
+        **{k: v for k, v in hardware(cfg.runtime).items() if k != "logger"},
         "enable_checkpointing": keeps_checkpoints(cfg),
         "enable_model_summary": False,
         "enable_progress_bar": progress,
         "num_sanity_val_steps": -1,  # the whole evaluation before the first step: step 0
         "log_every_n_steps": cfg.train.eval_every,
-        **{k: v for k, v in cfg.trainer.items() if k != "logger"},
+        **cfg.trainer,
     }
 
 
 def keeps_analysis_checkpoints(cfg: RunConfig) -> bool:
     """Analysis checkpoints are kept for analysis, or to replay the crossing from."""
-    return cfg.train.keep_checkpoints or cfg.emergence.refine
+    return cfg.measure.keep_checkpoints or cfg.measure.refine
 
 
 def keeps_checkpoints(cfg: RunConfig) -> bool:
-    return bool(cfg.train.checkpoint_every or keeps_analysis_checkpoints(cfg))
+    return bool(cfg.runtime.checkpoint_every or keeps_analysis_checkpoints(cfg))
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], progress: bool,
                   resume_step: int | None = None, tracker: EmergenceTracker | None = None):
-    if cfg.train.checkpoint_every:
-        every = cfg.train.checkpoint_every
+    if cfg.runtime.checkpoint_every:
+        every = cfg.runtime.checkpoint_every
         callbacks = [*callbacks, ResumeCheckpoint(run_dir, cfg.job_id(), every)]
     if keeps_analysis_checkpoints(cfg) and tracker is not None:
         callbacks = [*callbacks, AnalysisCheckpoint(run_dir, cfg.job_id(), tracker,
@@ -142,7 +140,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, callbacks: list[Callback], prog
                 val_check_interval=cfg.train.eval_every,
                 check_val_every_n_epoch=None,
                 gradient_clip_val=cfg.train.grad_clip or None,
-                logger=build_loggers(cfg.trainer.get("logger"), run_dir, cfg.job_id(),
+                logger=build_loggers(cfg.runtime.logger, run_dir, cfg.job_id(),
                                      cfg.to_dict(), resume_step),
                 callbacks=callbacks,
                 default_root_dir=run_dir,
@@ -193,7 +191,7 @@ def fit(cfg: RunConfig, run_dir: Path | str, progress: bool = True,
     check_pretrain(cfg)
     resume = resume_point(run_dir, cfg.job_id())
     L.seed_everything(cfg.seed, verbose=False)
-    module = EmergenceModule(cfg.arch, cfg.train, task)
+    module = EmergenceModule(cfg.arch, cfg.train, task, cfg.runtime.compile)
     warmed = None
     if cfg.pretrain is not None:  # a resumed run's checkpoint holds the transferred weights
         run_dir.mkdir(parents=True, exist_ok=True)

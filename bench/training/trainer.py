@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from ..core.errors import ConfigError
-from ..core.rows import HARDWARE_ONLY
 
 if TYPE_CHECKING:  # imported where a trainer is built or a trainer key is checked
     import lightning as L
@@ -50,44 +49,47 @@ def trainer_keys() -> set[str]:
 
 
 
-def check_trainer(options: dict[str, Any]) -> None:
+def check_trainer(options: dict[str, Any], hardware: dict[str, Any] | None = None) -> None:
     """Every option is a Trainer argument the runner leaves to the user, with a value Lightning
-    accepts: checked by building a Trainer on the CPU (the hardware options only for their form,
-    since a sweep may be checked on a machine other than the one that runs it)."""
+    accepts: checked by building a Trainer on the CPU. `hardware`, the runtime section's Trainer
+    fields that are set (accelerator, devices, ...: bench.training.config.hardware), is checked
+    for its form only, since a sweep may be checked on a machine other than the one that runs
+    it; an error names the section a field is in."""
+    hardware = {k: v for k, v in (hardware or {}).items() if v is not None}
+    where = {**{k: "trainer" for k in options}, **{k: "runtime" for k in hardware}}
     for key in options:
         if key in RESERVED_TRAINER_KEYS:
             raise ConfigError(f"trainer.{key}: set by the runner; use {RESERVED_TRAINER_KEYS[key]}")
         if key not in trainer_keys():
             raise ConfigError(f"trainer.{key}: not an argument of lightning.Trainer")
-    if "logger" in options:
+    if "logger" in hardware:
         from .loggers import logger_names  # Lightning's loggers: imported where one is named
 
-        logger_names(options["logger"])
+        logger_names(hardware["logger"])
     hints = _trainer_hints()
-    for key, value in options.items():
+    for key, value in {**options, **hardware}.items():
         if key == "logger":
             continue
         if key in hints and not _fits(value, hints[key]):
-            raise ConfigError(f"trainer.{key}: must be {_spell(hints[key])}, got {value!r}")
+            raise ConfigError(f"{where[key]}.{key}: must be {_spell(hints[key])}, got {value!r}")
     every = options.get("log_every_n_steps", 1)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ConfigError(f"trainer.log_every_n_steps: must be a count of steps >= 1, "
                           f"got {every!r}")
     for key in ("devices", "num_nodes"):
-        value = options.get(key, 1)
+        value = hardware.get(key, 1)
         if isinstance(value, bool) or (isinstance(value, int) and value < (
                 -1 if key == "devices" else 1)) or value == 0:
             also = ", -1, auto or a list of device indices" if key == "devices" else ""
-            raise ConfigError(f"trainer.{key}: must be a count >= 1{also}, got {value!r}")
+            raise ConfigError(f"runtime.{key}: must be a count >= 1{also}, got {value!r}")
     for key, names in (("strategy", _strategies), ("accelerator", _accelerators)):
-        value = options.get(key, "auto")
+        value = hardware.get(key, "auto")
         if isinstance(value, str) and value not in names():
-            raise ConfigError(f"trainer.{key}: unknown '{value}'; allowed: {', '.join(names())}")
-    kept = {k: v for k, v in options.items() if k not in (*HARDWARE_ONLY, "logger")}
+            raise ConfigError(f"runtime.{key}: unknown '{value}'; allowed: {', '.join(names())}")
     try:
-        _build_cpu_trainer(repr(sorted(kept.items())))
+        _build_cpu_trainer(repr(sorted(options.items())))
     except ConfigError:  # name the option at fault: the first that fails on its own
-        for key, value in kept.items():
+        for key, value in options.items():
             try:
                 _build_cpu_trainer(repr([(key, value)]))
             except ConfigError as e:

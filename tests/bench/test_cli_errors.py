@@ -31,7 +31,8 @@ BAD_RUNS = [
     (["emergence.metric=acc"], "emergence.metric: Invalid value 'acc', expected one of"),
     (["trainer.max_steps=5"], "trainer.max_steps: set by the runner; use train.max_steps"),
     (["trainer.acclerator=cpu"], "trainer.acclerator: not an argument of lightning.Trainer"),
-    (["lr=0.1"], "lr: unknown key; allowed: task, arch, train, emergence, trainer, seed"),
+    (["lr=0.1"], "lr: unknown key; allowed: task, arch, train, emergence, measure, runtime, "
+                 "trainer, seed"),
     (["sparsity"], "sparsity: expected key=value"),
     (["task.held_out=1.5"], "task.held_out: must be in (0, 1), got 1.5"),
     (["task.held_out=.nan"], "task.held_out: must be in (0, 1), got nan"),
@@ -67,7 +68,7 @@ BAD_RUNS = [
     (["arch.head_dim=60000"], "the run needs about"),
     (["trainer.fast_dev_run=true"], "trainer.fast_dev_run: set by the runner; use train.max_steps"),
     (["trainer.max_time=00:00:01:00"], "trainer.max_time: set by the runner"),
-    (["trainer.devices=0"], "trainer.devices: must be a count >= 1, -1, auto or a list"),
+    (["runtime.devices=0"], "runtime.devices: must be a count >= 1, -1, auto or a list"),
     (["trainer.precision=bogus"], "trainer.precision: must be 64, 32, 16, 'transformer-engine'"),
     (["trainer.deterministic=maybe"],
      "trainer.deterministic: must be bool, 'warn' or None, got 'maybe'"),
@@ -108,7 +109,7 @@ def test_trainer_options_the_runner_defaults_are_the_users_to_change():
 
     options = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=true",
                "trainer.deterministic=warn", "trainer.gradient_clip_algorithm=value",
-               "trainer.strategy=ddp_spawn", "trainer.precision=bf16-mixed"]
+               "runtime.strategy=ddp_spawn", "trainer.precision=bf16-mixed"]
     assert load_run_config(options).trainer["deterministic"] == "warn"
 
 
@@ -225,7 +226,7 @@ BAD_SWEEPS = [
     (GOOD + "trainer: {max_steps: 3}\n", [],
      "trainer.max_steps: set by the runner; use train.max_steps"),
     (GOOD + "trainer: {devices: 2, strategy: ddp}\n", [],
-     "trainer.strategy: 'ddp' with several devices relaunches the command per rank"),
+     "runtime.strategy: 'ddp' with several devices relaunches the command per rank"),
     (GOOD + "plots: [[arch.depth]]\n", [],
      "plots: 'arch.depth' is not a field of every row's arch"),
     (GOOD + "plots: [[task.state_size, task.sparsity, seed]]\n", [],
@@ -245,17 +246,17 @@ BAD_SWEEPS = [
     (GOOD, ["--executor", "slurm", "-O", "cluster=pbs"], "-O cluster: must be slurm or local"),
     (GOOD, ["--executor", "slurm"], "--executor: slurm: Could not detect \"srun\""),
     (GOOD, ["-O", "partition"], "-O partition: expected key=value"),
-    (GOOD, ["--set", "trainer.accelerator"], "--set trainer.accelerator: expected key=value"),
+    (GOOD, ["--set", "runtime.accelerator"], "--set runtime.accelerator: expected key=value"),
     (GOOD, ["--set", "=gpu"], "--set =gpu: expected key=value"),
     (GOOD, ["--set", "seeds=0"], "seeds: must be in 1..10000"),
     (GOOD, ["--set", "trainer.max_steps=3"],
      "trainer.max_steps: set by the runner; use train.max_steps"),
     # issue 13: validated before anything is written
-    (GOOD + "trainer: {devices: 0}\n", [], "trainer.devices: must be a count >= 1"),
+    (GOOD + "trainer: {devices: 0}\n", [], "runtime.devices: must be a count >= 1"),
     (GOOD + "trainer: {precision: bogus}\n", [], "trainer.precision: must be 64, 32, 16"),
     (GOOD + "trainer: {strategy: bogus}\n", [],
-     "trainer.strategy: unknown 'bogus'; allowed: auto, ddp"),
-    (GOOD + "trainer: {accelerator: gpus}\n", [], "trainer.accelerator: unknown 'gpus'; allowed:"),
+     "runtime.strategy: unknown 'bogus'; allowed: auto, ddp"),
+    (GOOD + "trainer: {accelerator: gpus}\n", [], "runtime.accelerator: unknown 'gpus'; allowed:"),
     (GOOD.replace("max_steps: 20", "lr: .nan, max_steps: 20"), [],
      "train.lr: must be in (0, 1e+06], got nan"),
     (GOOD.replace("seeds: 1", "seeds: [18446744073709551616]"), [],

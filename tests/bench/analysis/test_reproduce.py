@@ -43,7 +43,7 @@ def test_a_rerun_agrees_with_its_committed_results(committed, cli, tmp_path):
     out = tmp_path / "again"
     # a hardware key set on the command line leaves every row matching the committed one
     code, captured = cli("reproduce", str(committed), "--out", str(out), "--no-progress",
-                         "--set", "trainer.accelerator=cpu")
+                         "--set", "runtime.accelerator=cpu")
     assert code == 0, captured.out + captured.err
     report = json.loads((out / "reproduce.json").read_text())
     (row,) = report["rows"]
@@ -95,8 +95,8 @@ def test_a_subset_of_seeds_and_rows(committed, cli, tmp_path):
     (["--seeds", "1000000000"], "--seeds: must be in 1..10,000, got 1000000000"),
     (["--seed-start", "4294967290", "--seeds", "100"], "--seed-start/--seeds: seeds: every seed "
      "must be an integer in 0..4294967295, got 4294967296 (and 93 more)"),
-    (["--set", "trainer.accelerator"], "--set trainer.accelerator: expected key=value, e.g. "
-                                       "trainer.accelerator=gpu"),
+    (["--set", "runtime.accelerator"], "--set runtime.accelerator: expected key=value, e.g. "
+                                       "runtime.accelerator=gpu"),
 ])
 def test_bad_reproduce_options_are_one_line_errors(committed, cli, tmp_path, args, message):
     code, captured = cli("reproduce", str(committed), "--out", str(tmp_path / "x"), *args)

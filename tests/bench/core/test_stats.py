@@ -175,3 +175,34 @@ def test_the_power_law_slope_is_recovered_with_its_interval():
     assert fit.slope > 1 and abs(flat.slope) < 1e-9  # difficulty that does not grow: slope 0
     lone = loglog_slope([cells[0], hopeless])
     assert math.isnan(lone.slope) and lone.cells == 1
+
+
+def test_rmst_is_the_mean_of_min_t_tau_when_nothing_is_censored_before_tau():
+    from bench.core.stats import rmst
+
+    rng = np.random.default_rng(0)
+    t = rng.exponential(300, size=25).round() + 1
+    tau = 400.0
+    emerged = t < tau  # the budget censors at tau, as a run does
+    capped = np.minimum(t, tau)
+    assert rmst(capped, emerged, tau) == pytest.approx(capped.mean())
+    # by hand, a seed censored at 500 < tau = 1000: KM keeps S = 1/3 from 200 to tau
+    assert rmst([100, 200, 500], [True, True, False], 1000) == pytest.approx(
+        100 + 100 * 2 / 3 + 800 / 3)
+    assert rmst([1000, 1000], [False, False], 1000) == 1000  # nothing emerged: the budget
+
+
+def test_a_planted_slowdown_shows_in_the_rmst_ratio_and_its_interval():
+    from bench.core.stats import geometric_mean_ratio, rmst_ratio
+
+    rng = np.random.default_rng(1)
+    fast = rng.lognormal(np.log(200), 0.3, size=8).round()
+    slow = 3 * fast  # the same seeds, three times later
+    ratio = rmst_ratio(slow, [True] * 8, fast, [True] * 8, 10_000)
+    assert ratio.value == pytest.approx(3.0) and 1 < ratio.low < 3 < ratio.high
+    same = rmst_ratio(fast, [True] * 8, fast, [True] * 8, 10_000)
+    assert same.value == 1 and same.low < 1 < same.high
+    # the geometric mean over a 3x cell and a 1/3x cell is 1
+    cells = [((slow, [True] * 8), (fast, [True] * 8), 10_000),
+             ((fast, [True] * 8), (slow, [True] * 8), 10_000)]
+    assert geometric_mean_ratio(cells).value == pytest.approx(1.0)

@@ -108,7 +108,7 @@ def induction_run(tmp_path_factory):
                            "arch.d_model=16", "arch.n_layers=2", "arch.n_heads=2",
                            "arch.head_dim=8", "train.max_steps=40", "train.eval_every=10",
                            "train.eval_size=64", "train.probe_size=16",
-                           "train.keep_checkpoints=true", "train.circuits=true",
+                           "measure.keep_checkpoints=true", "measure.circuits=true",
                            "emergence.threshold=0.5"])
     train(cfg, out, progress=False)
     return out
@@ -142,7 +142,7 @@ def test_train_circuits_needs_checkpoints_and_notes_other_tasks(tmp_path):
     from bench.training.config import load_run_config
 
     with pytest.raises(ConfigError, match="circuits: needs keep_checkpoints=true"):
-        load_run_config(["train.circuits=true"])
+        load_run_config(["measure.circuits=true"])
     from tests.records import record
 
     run = record(config=load_run_config(["task.state_size=8"]).to_dict())

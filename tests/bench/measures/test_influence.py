@@ -83,7 +83,7 @@ def test_every_mixer_logs_its_influence_at_every_evaluation(arch, tmp_path, monk
     cfg = load_run_config(["task.state_size=8", "task.sparsity=2", "task.n_states=2",
                            f"arch.name={arch}", "arch.d_model=16", "train.eval_every=10",
                            "train.max_steps=20", "train.eval_size=64", "train.probe_size=16",
-                           "train.influence_every=1"])
+                           "measure.influence_every=1"])
     result = train(cfg, tmp_path / "r", progress=False)
     curves = result["curves"]
     assert curves["step"] == [0, 10, 20]
@@ -101,8 +101,8 @@ def test_every_mixer_logs_its_influence_at_every_evaluation(arch, tmp_path, monk
 def test_influence_is_not_part_of_the_experiment():
     base = ["task.state_size=8", "task.sparsity=2"]
     ids = {load_run_config([*base, *extra]).job_id()
-           for extra in ([], ["train.influence_size=0"], ["train.influence_size=64"],
-                         ["train.influence_rows=0"], ["train.influence_every=3"])}
+           for extra in ([], ["measure.influence_size=0"], ["measure.influence_size=64"],
+                         ["measure.influence_rows=0"], ["measure.influence_every=3"])}
     assert len(ids) == 1
 
 
@@ -133,12 +133,12 @@ def test_the_automatic_cadence_keeps_the_map_within_its_share_of_training():
 def test_sampled_rows_are_the_full_maps_rows_at_the_automatic_cadence(tmp_path):
     base = ["task.state_size=8", "task.sparsity=2", "task.n_states=2", "arch.name=mlp_mixer",
             "arch.d_model=16", "train.eval_every=10", "train.max_steps=40", "train.batch_size=80",
-            "train.eval_size=64", "train.probe_size=16", "train.influence_size=8"]
-    full = train(load_run_config([*base, "train.influence_rows=0", "train.influence_every=1"]),
+            "train.eval_size=64", "train.probe_size=16", "measure.influence_size=8"]
+    full = train(load_run_config([*base, "measure.influence_rows=0", "measure.influence_every=1"]),
                  tmp_path / "full", progress=False)
     # 8 sequences x 3 rows = 24 gradient passes and 8 x 15 flips (the intervention map's
     # copies, a third each: 40) against 3% of 10 steps x 80 sequences = 24: every 3rd
-    sampled = train(load_run_config([*base, "train.influence_rows=3"]), tmp_path / "sampled",
+    sampled = train(load_run_config([*base, "measure.influence_rows=3"]), tmp_path / "sampled",
                     progress=False)
     assert sampled["curves"]["step"] == full["curves"]["step"] == [0, 10, 20, 30, 40]
     assert [math.isfinite(v) for v in sampled["curves"]["val/influence_mass"]] == \
@@ -152,7 +152,7 @@ def test_sampled_rows_are_the_full_maps_rows_at_the_automatic_cadence(tmp_path):
                           atol=2e-3)
     assert sampled["curves"]["val/loss"] == full["curves"]["val/loss"]  # training untouched
     # and with both maps off: a rerun that adds them (bench sweep --reuse-tuning) trains the same
-    off = train(load_run_config([*base, "train.influence_size=0"]), tmp_path / "off",
+    off = train(load_run_config([*base, "measure.influence_size=0"]), tmp_path / "off",
                 progress=False)
     assert "val/intervention_mass" not in off["curves"]
     assert off["curves"]["val/loss"] == full["curves"]["val/loss"]

@@ -17,7 +17,7 @@ from bench.training.config import load_run_config
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",
        "arch.n_layers=1", "train.eval_every=20", "train.eval_size=128", "train.batch_size=32",
-       "train.lr=0.01", "train.warmup_steps=20", "train.keep_checkpoints=true"]
+       "train.lr=0.01", "train.warmup_steps=20", "measure.keep_checkpoints=true"]
 
 PLUGIN = '''
 import torch
@@ -149,7 +149,7 @@ def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path, cli):
         ([str(tmp_path / "nothing")], "RUN_DIR: " + str(tmp_path / "nothing") +
          " holds no finished run (result.json)"),
         ([str(plain)], f"RUN_DIR: {plain} has no analysis checkpoints; train it with "
-                       "train.keep_checkpoints=true"),
+                       "measure.keep_checkpoints=true"),
         ([str(run_dir), "--pre", "7", "--post", str(last)],
          "--pre: no checkpoint at step 7; kept: "),
         ([str(run_dir), "--pre", str(last), "--post", str(first)],

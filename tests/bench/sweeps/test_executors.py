@@ -228,7 +228,7 @@ def test_processes_place_each_worker_on_its_gpu_and_the_trainer_takes_it(monkeyp
     monkeypatch.setattr(L, "Trainer", lambda **kwargs: captured.update(kwargs))
     build_trainer(load_run_config([]), tmp_path, [], progress=False)
     assert captured["accelerator"] == "auto" and captured["devices"] == 1
-    build_trainer(load_run_config(["trainer.accelerator=gpu"]), tmp_path, [], progress=False)
+    build_trainer(load_run_config(["runtime.accelerator=gpu"]), tmp_path, [], progress=False)
     assert captured["accelerator"] == "gpu"
 
 

@@ -309,12 +309,15 @@ def test_rows_and_job_ids_ignore_speed_only_knobs_so_older_results_still_match()
     from bench.core.rows import group_key
     from bench.training.config import load_run_config
 
-    cfg = load_run_config(["train.compile=true"])
+    cfg = load_run_config(["runtime.compile=true"])
     plain = load_run_config([])
     assert cfg.job_id() == plain.job_id()
     older = plain.to_dict()
-    del older["train"]["compile"]  # a result recorded before train.compile existed
-    assert group_key(older) == group_key(plain.to_dict()) == group_key(cfg.to_dict())
+    del older["runtime"]["compile"]  # a result recorded before runtime.compile existed
+    oldest = {**older, "train": {**older["train"], "compile": False}}  # in train, as it was
+    del oldest["runtime"]
+    assert group_key(older) == group_key(plain.to_dict()) == group_key(cfg.to_dict()) \
+        == group_key(oldest)
 
 
 def test_hardware_keys_leave_job_ids_and_rows_alone_so_a_gpu_rerun_matches(tmp_path):
@@ -324,9 +327,12 @@ def test_hardware_keys_leave_job_ids_and_rows_alone_so_a_gpu_rerun_matches(tmp_p
     spec.write_text("name: s\ntask: {name: linear_map, state_size: 12, sparsity: 1}\n"
                     "archs: [{name: mlp_mixer, d_model: 16, n_layers: 1}]\nseeds: 2\n")
     plain = expand(load_spec(spec))
-    gpu = expand(load_spec(spec, ["trainer.accelerator=gpu", "trainer.devices=1",
-                                  "trainer.strategy=auto"]))
-    assert gpu[0].trainer == {"accelerator": "gpu", "devices": 1, "strategy": "auto"}
+    gpu = expand(load_spec(spec, ["runtime.accelerator=gpu", "runtime.devices=1",
+                                  "runtime.strategy=auto"]))
+    runtime = gpu[0].runtime
+    assert (runtime.accelerator, runtime.devices, runtime.strategy) == ("gpu", 1, "auto")
+    old = expand(load_spec(spec, ["trainer.accelerator=gpu"]))  # where it was before runtime
+    assert old[0].runtime.accelerator == "gpu" and old[0].trainer == {}
     assert [j.job_id() for j in gpu] == [j.job_id() for j in plain]
     assert group_key(gpu[0].to_dict()) == group_key(plain[0].to_dict())
     # precision changes the numbers: a different experiment

@@ -51,7 +51,7 @@ def test_the_bare_loop_trains_exactly_what_the_lightning_path_trains():
 def test_compile_is_a_speed_knob_not_part_of_the_job():
     plain = load_run_config(SMALL)
     compiled = load_run_config({**SMALL, "train": {**SMALL["train"], "compile": True}})
-    assert compiled.train.compile and compiled.job_id() == plain.job_id()
+    assert compiled.runtime.compile and compiled.job_id() == plain.job_id()
     assert dataclasses.asdict(compiled) != dataclasses.asdict(plain)
 
 

@@ -15,8 +15,8 @@ def test_ddp_on_two_cpu_devices_matches_one_device(cli, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     assert cli("run", *RUN, "--out", str(one), "--no-progress")[0] == 0
     # `ddp` reruns the command for rank 1, so this has to be a real command line
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", *RUN, "trainer.devices=2",
-                           "trainer.strategy=ddp", "--out", str(two), "--no-progress"],
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", *RUN, "runtime.devices=2",
+                           "runtime.strategy=ddp", "--out", str(two), "--no-progress"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     reports = [line for line in proc.stdout.splitlines() if "results in" in line]
@@ -30,7 +30,8 @@ def test_ddp_on_two_cpu_devices_matches_one_device(cli, tmp_path):
     assert b["steps_to_emergence"] == a["steps_to_emergence"]
     assert [s for s, _ in b["curve"]] == [s for s, _ in a["curve"]]
     assert [v for _, v in b["curve"]] == pytest.approx([v for _, v in a["curve"]], abs=0.02)
-    assert b["config"]["trainer"] == {"devices": 2, "strategy": "ddp"}
+    assert b["config"]["trainer"] == {}
+    assert (b["config"]["runtime"]["devices"], b["config"]["runtime"]["strategy"]) == (2, "ddp")
     assert sorted(p.name for p in two.iterdir()) == ["metrics.csv", "result.json"]
     assert len((two / "metrics.csv").read_text().splitlines()) == len(
         (one / "metrics.csv").read_text().splitlines())  # one writer, not two
@@ -38,8 +39,8 @@ def test_ddp_on_two_cpu_devices_matches_one_device(cli, tmp_path):
 
 def test_a_batch_that_does_not_split_over_the_devices_is_refused(cli, tmp_path):
     out = tmp_path / "run"
-    code, captured = cli("run", *RUN, "train.batch_size=33", "trainer.devices=2",
-                         "trainer.strategy=ddp_spawn", "--out", str(out))
+    code, captured = cli("run", *RUN, "train.batch_size=33", "runtime.devices=2",
+                         "runtime.strategy=ddp_spawn", "--out", str(out))
     assert code == 2 and captured.err.strip() == (
         "error: train.batch_size: 33 does not split over 2 devices; use a multiple of it")
     assert not out.exists()
@@ -48,6 +49,6 @@ def test_a_batch_that_does_not_split_over_the_devices_is_refused(cli, tmp_path):
 @pytest.mark.slow
 def test_a_sweep_runs_two_device_jobs_with_ddp_spawn(spec_file, cli):
     path = spec_file(archs=[{"name": "mlp_mixer", "d_model": 32, "n_layers": 1}], seeds=1,
-                     trainer={"devices": 2, "strategy": "ddp_spawn"})
+                     runtime={"devices": 2, "strategy": "ddp_spawn"})
     code, captured = cli("sweep", str(path), "--no-progress")
     assert code == 0 and "1 emerged" in captured.out

@@ -9,7 +9,7 @@ from bench.training.lightning_module import EmergenceModule
 
 def module_for(task: list[str]) -> EmergenceModule:
     cfg = load_run_config([*task, "arch.d_model=16", "arch.n_heads=2", "arch.head_dim=8"])
-    return EmergenceModule(cfg.arch, cfg.train, task_instance(cfg.task, cfg.train, seed=0))
+    return EmergenceModule(cfg.arch, cfg.train, task_instance(cfg.task, cfg))
 
 
 def dense(probs, scored, pattern):

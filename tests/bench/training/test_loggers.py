@@ -18,7 +18,7 @@ def test_tensorboard_wandb_and_mlflow_receive_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    cfg = load_run_config([*RUN, "trainer.logger=[tensorboard,wandb,mlflow]"])
+    cfg = load_run_config([*RUN, "runtime.logger=[tensorboard,wandb,mlflow]"])
     run_dir = tmp_path / "r"
     result = train(cfg, run_dir, progress=False)
     assert result["steps"] == 20
@@ -44,19 +44,19 @@ def test_tensorboard_wandb_and_mlflow_receive_the_run(tmp_path, monkeypatch):
 
 def test_loggers_are_not_part_of_the_experiment():
     plain = load_run_config(RUN).job_id()
-    assert load_run_config([*RUN, "trainer.logger=tensorboard"]).job_id() == plain
+    assert load_run_config([*RUN, "runtime.logger=tensorboard"]).job_id() == plain
 
 
 @pytest.mark.parametrize("value, message", [
-    ("neptune", "trainer.logger: unknown 'neptune'; allowed: tensorboard, wandb, mlflow, or a "
+    ("neptune", "runtime.logger: unknown 'neptune'; allowed: tensorboard, wandb, mlflow, or a "
                 "list of them (metrics.csv is always kept)"),
-    ("7", "trainer.logger: must be a logger name or a list of names, got 7"),
-    ("[tensorboard,tensorboard]", "trainer.logger: ['tensorboard', 'tensorboard'] names a "
+    ("7", "runtime.logger: must be a logger name or a list of names, got 7"),
+    ("[tensorboard,tensorboard]", "runtime.logger: ['tensorboard', 'tensorboard'] names a "
                                   "logger twice"),
 ])
 def test_a_bad_logger_is_one_line(value, message):
     with pytest.raises(ConfigError) as e:
-        load_run_config([*RUN, f"trainer.logger={value}"])
+        load_run_config([*RUN, f"runtime.logger={value}"])
     assert str(e.value).startswith(message)
 
 
@@ -64,6 +64,6 @@ def test_a_missing_logger_package_names_its_install_command(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"trainer.logger: wandb needs the wandb package: "
+    with pytest.raises(ConfigError, match=r"runtime.logger: wandb needs the wandb package: "
                                           r"pip install (-e )?'.*\[wandb\]'"):
-        load_run_config([*RUN, "trainer.logger=wandb"])
+        load_run_config([*RUN, "runtime.logger=wandb"])

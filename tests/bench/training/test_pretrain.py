@@ -131,7 +131,7 @@ def test_a_killed_warmed_run_resumes_without_warming_up_again(tmp_path, monkeypa
     from bench.training.checkpoint import resume_path
 
     overrides = [*TARGET, *WARM, "arch.name=mlp_mixer", "pretrain.task.length=12",
-                 "train.max_steps=150", "train.checkpoint_every=50", "emergence.stop_early=false",
+                 "train.max_steps=150", "runtime.checkpoint_every=50", "emergence.stop_early=false",
                  "trainer.log_every_n_steps=1"]
     whole = train(load_run_config(overrides), tmp_path / "whole", progress=False)
     killed = tmp_path / "killed"

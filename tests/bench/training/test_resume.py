@@ -21,7 +21,7 @@ from bench.training.config import load_run_config
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.name=mlp_mixer",
        "arch.d_model=16", "train.eval_every=25", "train.eval_size=128", "train.probe_size=64",
        "train.warmup_steps=20", "train.lr=3e-3", "train.max_steps=150",
-       "train.checkpoint_every=50", "emergence.stop_early=false",
+       "runtime.checkpoint_every=50", "emergence.stop_early=false",
        "trainer.log_every_n_steps=1"]  # a CSV row at every step: rows after a checkpoint exist
 TIMINGS = {"wall_time_s", "steps_per_s", "tokens_per_s", "wall_time_to_emergence_s"}
 
@@ -91,10 +91,10 @@ def test_an_unreadable_checkpoint_starts_the_run_over(tmp_path):
 
 
 def test_checkpointing_is_not_part_of_the_experiment():
-    ids = {load_run_config([*RUN, f"train.checkpoint_every={k}"]).job_id() for k in (0, 50, 500)}
+    ids = {load_run_config([*RUN, f"runtime.checkpoint_every={k}"]).job_id() for k in (0, 50, 500)}
     assert len(ids) == 1
-    with pytest.raises(ConfigError, match="train.checkpoint_every: must be in 0..100000000"):
-        load_run_config(["train.checkpoint_every=-1"])
+    with pytest.raises(ConfigError, match="runtime.checkpoint_every: must be in 0..100000000"):
+        load_run_config(["runtime.checkpoint_every=-1"])
 
 
 def test_the_result_names_no_checkpoint(tmp_path):

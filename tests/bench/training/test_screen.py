@@ -13,7 +13,7 @@ from datamodules import TASKS, build_task
 
 RUN = ["task.state_size=8", "task.sparsity=1", "task.n_states=2", "arch.d_model=32",
        "train.eval_every=25", "train.warmup_steps=20", "train.max_steps=600", "train.lr=3e-3",
-       "emergence.threshold=0.95", "train.influence_size=0", "seed=0"]
+       "emergence.threshold=0.95", "measure.influence_size=0", "seed=0"]
 
 
 def test_the_whole_set_is_needed_only_near_the_threshold_or_in_a_streak():
@@ -55,9 +55,9 @@ def test_a_screen_of_long_sequences_holds_at_most_its_tokens():
 
 
 def test_screened_runs_emerge_at_the_same_step_as_whole_evaluations(tmp_path):
-    whole = train(load_run_config([*RUN, "train.screen_size=0"]), tmp_path / "whole",
+    whole = train(load_run_config([*RUN, "runtime.screen_size=0"]), tmp_path / "whole",
                   progress=False)
-    screened = train(load_run_config([*RUN, "train.screen_size=32"]), tmp_path / "screened",
+    screened = train(load_run_config([*RUN, "runtime.screen_size=32"]), tmp_path / "screened",
                      progress=False)
     assert whole["status"] == screened["status"] == "emerged"
     for key in ("steps_to_emergence", "transition_width", "plateau_end", "rise_step"):
@@ -82,12 +82,12 @@ def test_the_screen_is_at_most_an_eighth_of_the_sequences_trained_between_evalua
     from bench.training.config import screen_size, task_instance
 
     def rows(*overrides):
-        return task_instance(*(lambda c: (c.task, c.train))(load_run_config(list(overrides))),
-                             seed=0).screen_rows
+        cfg = load_run_config(list(overrides))
+        return task_instance(cfg.task, cfg).screen_rows
 
     assert rows() == 128 + 64  # the default: batch 64 every 50 steps trains 3,200 sequences
     assert rows("train.batch_size=8") == 50 + 25  # 400 sequences between evaluations
     assert rows("train.batch_size=8", "train.eval_every=10") == 16 + 8  # never fewer than 16
-    assert rows("train.batch_size=8", "train.screen_size=0") == 0  # no screen stays none
-    cfg = load_run_config(["train.batch_size=1", "train.eval_every=1", "train.screen_size=4"])
-    assert screen_size(cfg.train) == 4  # a smaller screen asked for is kept
+    assert rows("train.batch_size=8", "runtime.screen_size=0") == 0  # no screen stays none
+    cfg = load_run_config(["train.batch_size=1", "train.eval_every=1", "runtime.screen_size=4"])
+    assert screen_size(cfg) == 4  # a smaller screen asked for is kept
