@@ -209,12 +209,14 @@ def circuits(run_dir: str | Path, thresholds: list[str] | None = None,
     return screen_run(Path(run_dir), parse_thresholds(thresholds or []), sequences)
 
 
-def site(root: str | Path = ".", out: str | Path = "site") -> list[Path]:
-    """Render every committed leaderboard under `root` as static HTML into `out` (`bench
-    site`); returns the pages written."""
+def site(root: str | Path = ".", out: str | Path = "site",
+         extra: list[str | Path] | None = None) -> list[Path]:
+    """Render every committed leaderboard and suite report under `root`, and each `extra`
+    directory (your compare's or suite's output), as static HTML into `out` (`bench site`);
+    returns the pages written."""
     from .analysis.site import build_site
 
-    return build_site(Path(root), Path(out))
+    return build_site(Path(root), Path(out), extra=[Path(d) for d in extra or []])
 
 
 def default_workers(executor: str) -> int:

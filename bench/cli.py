@@ -279,11 +279,15 @@ def site(
     root: Annotated[Path, typer.Option(
         help="the repository: README.md and leaderboards/NAME.yaml with NAME/leaderboard.md")]
     = Path("."),
+    directory: Annotated[list[Path] | None, typer.Option(
+        "--dir", help="also a page for this compare or suite output directory; repeatable")]
+    = None,
 ) -> None:
-    """Render every committed leaderboard as a static HTML site (index.html: the verdicts)."""
+    """Render every committed leaderboard and suite report as a static HTML site (index.html:
+    the verdicts), and your compare or suite directories with --dir."""
     from .api import site as build_site
 
-    pages = build_site(root, out)
+    pages = build_site(root, out, directory or [])
     print(f"{len(pages)} pages in {out}/ (open {out / 'index.html'}; figures are linked relative "
           "to it, so serve the repository root)")
 

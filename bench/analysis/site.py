@@ -26,6 +26,11 @@ from ..core.files import write_atomic
 VERDICTS = "## What the leaderboards show"
 
 
+BOARD_FILES = ("README.md", "leaderboard.md")
+REPORT_FILES = ("scorecard.md", "smoke.md", "README.md", "compare.md")
+"""a suite's or a compare's directory: its report, then (without compare.md) its table"""
+
+
 @dataclass
 class Board:
     name: str
@@ -33,10 +38,12 @@ class Board:
     """leaderboards/<name>: leaderboard.md, figures, and README.md (findings) where written"""
     verdict: list[str] | None = None
     """the README's verdict row for this leaderboard: [claim, verdict, link]"""
+    files: tuple[str, ...] = BOARD_FILES
+    """the markdown the page renders, in order, where present"""
 
     def figure(self) -> str | None:
         """The board's key figure: the first image its findings page shows, else its table's."""
-        for name in ("README.md", "leaderboard.md"):
+        for name in self.files:
             path = self.directory / name
             found = IMAGE.search(path.read_text()) if path.is_file() else None
             if found:
@@ -105,6 +112,28 @@ def find_boards(root: Path) -> list[Board]:
     return boards
 
 
+def find_reports(root: Path, extra: list[Path] | tuple[Path, ...] = ()) -> list[Board]:
+    """The suite's committed reports (leaderboards/suite/TIER/ with smoke.md or scorecard.md),
+    then each `extra` directory (a user's compare or suite output): one page each."""
+    tiers = sorted(p for p in (root / "leaderboards" / "suite").glob("*/")
+                   if any((p / n).is_file() for n in ("smoke.md", "scorecard.md")))
+    out = [Board(f"suite-{p.name}", p, files=REPORT_FILES) for p in tiers]
+    for directory in extra:
+        if not any((directory / n).is_file() for n in (*REPORT_FILES, "leaderboard.md")):
+            raise ConfigError(f"--dir: {directory} holds no report (scorecard.md, smoke.md, "
+                              "compare.md or leaderboard.md)")
+        files = REPORT_FILES if (directory / "compare.md").is_file() or not (
+            directory / "leaderboard.md").is_file() else (*REPORT_FILES, "leaderboard.md")
+        out.append(Board(directory.resolve().name, directory, files=files))
+    return out
+
+
+def suite_cells(directory: Path) -> list[Path]:
+    """A suite directory's cells: its subdirectories with a table."""
+    return sorted(p for p in directory.glob("*/")
+                  if any((p / n).is_file() for n in ("compare.md", "leaderboard.md")))
+
+
 def verdict_section(readme: str) -> tuple[str, list[str], list[list[str]]]:
     """The README's verdict section: (the text above its table, the table's header, its rows as
     cells)."""
@@ -161,22 +190,24 @@ class Renderer:
 
 
 def build_site(root: Path | str = ".", out: Path | str = "site",
-               links_from: Path | str | None = None) -> list[Path]:
-    """Write the site for the leaderboards under `root` into `out`; return the pages written.
-    Links are relative to `links_from` (default `out`): where the pages will be served from."""
+               links_from: Path | str | None = None,
+               extra: list[Path] | tuple[Path, ...] = ()) -> list[Path]:
+    """Write the site for the leaderboards under `root` into `out`, with a page for each suite
+    report and each `extra` directory (a compare's or a suite's output); return the pages
+    written. Links are relative to `links_from` (default `out`): where the pages are served."""
     root, out = Path(root), Path(out)
     blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
     if blocked is not None:
         raise ConfigError(f"--out: {blocked} is a file; the site is a folder of pages (give a "
                           "folder, new or one the site was written to)")
-    boards = find_boards(root)
+    boards = find_boards(root) + find_reports(root, extra)
     readme = root / "README.md"
     if not readme.is_file():
         raise ConfigError(f"--root: {root} has no README.md (the verdict table)")
     intro, header, rows = verdict_section(readme.read_text())
     pages: dict[Path, str] = {}
     for b in boards:
-        for name in ("leaderboard.md", "README.md"):
+        for name in b.files:
             pages[(b.directory / name).resolve()] = f"{b.name}.html"
     render = Renderer(root, Path(links_from or out), pages)
     for row in rows:
@@ -205,13 +236,20 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
                                 + "\n| " + " | ".join(b.verdict) + " |\n", root))
         if card["figure"]:
             parts.append(f'<img class="key" src="{card["figure"]}" alt="key figure">')
-        if (b.directory / "README.md").is_file():
-            parts.append(render((b.directory / "README.md").read_text(), b.directory))
-        if (b.directory / "leaderboard.md").is_file():
+        for name in b.files:
+            path = b.directory / name
+            if not path.is_file():
+                continue
             parts.append("\n".join(
                 render(text, b.directory) if summary is None else
                 f"<details><summary>{summary}</summary>\n{render(text, b.directory)}</details>"
-                for text, summary in _collapsed((b.directory / "leaderboard.md").read_text())))
+                for text, summary in _collapsed(path.read_text())))
+        if b.files == REPORT_FILES or "leaderboard.md" not in b.files:
+            for cell in suite_cells(b.directory):  # a suite's cells, collapsed
+                table = cell / ("compare.md" if (cell / "compare.md").is_file()
+                                else "leaderboard.md")
+                parts.append(f"<details><summary>cell {cell.name}</summary>\n"
+                             f"{render(table.read_text(), cell)}</details>")
         written.append(write_atomic(out / f"{b.name}.html", template.render(
             title=b.name, body='\n<hr>\n'.join(parts), boards=boards, here=b.name,
             cards=[], card=card)))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.analysis.site import badge, build_site, find_boards, verdict_section
+from bench.analysis.site import badge, build_site, find_boards, find_reports, verdict_section
 from bench.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,7 +35,11 @@ def test_every_leaderboard_has_a_page_with_its_verdict_table_and_figures(tmp_pat
     _, header, rows = verdict_section((ROOT / "README.md").read_text())
     assert header == ["claim", "verdict here", "leaderboard"] and len(rows) >= len(boards)
     index = (tmp_path / "index.html").read_text()
-    assert index.count('<section class="card">') == len(boards)
+    reports = find_reports(ROOT)  # the suite's: a page each, a card each
+    assert [r.name for r in reports] == ["suite-smoke"]
+    assert index.count('<section class="card">') == len(boards) + len(reports)
+    smoke = (tmp_path / "suite-smoke.html").read_text()
+    assert "<summary>cell induction</summary>" in smoke and "maps measured" in smoke
     for b in boards:
         assert f'href="{b.name}.html"' in index
         page = (tmp_path / f"{b.name}.html").read_text()
@@ -155,7 +159,7 @@ def test_in_chromium_the_index_is_a_grid_of_badged_boards_and_a_board_page_leads
 
     site = tmp_path / "site"
     build_site(ROOT, site)
-    boards = find_boards(ROOT)
+    boards = find_boards(ROOT) + find_reports(ROOT)  # the suite's reports have cards too
     index = open_in_chromium(site / "index.html", tmp_path)
     assert index["cards"] == len(boards)
     labels = {"agrees", "partly", "differs", "not significant", "descriptive", "no verdict yet"}

@@ -3,6 +3,7 @@ told first, its contract checked before anything is written; the suite's own row
 cells' committed directories; the smoke tier reports runs and maps, a scored tier the scorecard."""
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ SUITE = {"name": "mini", "tiers": {
     "scored": {"cells": ["cells/a.yaml", "cells/b.yaml"]},
     "later": {"pending": "pilots first"}}}
 NEW = ["arch.name=mlp_mixer", "arch.d_model=16", "arch.n_layers=1"]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +68,13 @@ def test_a_mixer_trains_only_its_runs_in_every_cell_and_a_rerun_resumes(suite, c
     code, captured = cli(*args)  # the same command again: nothing left to train
     assert code == 0 and captured.err.startswith("plan: 0 job(s) to train")
     assert finished_at(out / "a" / "results.sqlite") == after
+    # bench site renders the user's suite directory: its report, then each cell's table
+    code, captured = cli("site", "--root", str(ROOT), "--out", str(tmp_path / "site"), "--dir",
+                         str(out))
+    assert code == 0, captured.err
+    page = (tmp_path / "site" / "mine.html").read_text()
+    assert "maps measured" in page and "<summary>cell a</summary>" in page
+    assert "<summary>cell b</summary>" in page
 
 
 def test_a_scored_tier_writes_the_scorecard(suite, cli, tmp_path):
