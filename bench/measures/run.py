@@ -4,6 +4,7 @@ checkpoints: the exact emergence step by replay, attention patching, the circuit
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,15 @@ def train(cfg: RunConfig, run_dir: Path | str, progress: bool = True) -> dict[st
     if fitted is None:
         return None
     record = fitted.record
+    written = _canonical(record)
     analyse_run(cfg, fitted.task, run_dir, record, fitted.world_size)
-    if any(getattr(record, k) is not None for k in record.POST_HOC):
+    if _canonical(record) != written:  # the analyses added to it: result.json again, whole
         write_json_atomic(run_dir / "result.json", record.to_json())
     return record.to_json()
+
+
+def _canonical(record: RunRecord) -> str:
+    return json.dumps(record.to_json(), sort_keys=True, default=str)  # NaN == NaN here
 
 
 def analyse_run(cfg: RunConfig, task: SequenceTask, run_dir: Path, record: RunRecord,

@@ -199,7 +199,7 @@ def fit(cfg: RunConfig, run_dir: Path | str, progress: bool = True,
         if warmed is None:
             warmed = warm_up(cfg, module, run_dir, trainer_options(cfg, progress))
     emergence = emergence_callback(cfg, task)
-    recorder = RunRecorder(cfg, task, emergence.tracker, run_dir)
+    recorder = RunRecorder(cfg, task, emergence.tracker, run_dir, warmed)
     extra = measures(cfg, task) if measures else []
     trainer = build_trainer(cfg, run_dir, [*extra, emergence, recorder], progress,
                             resume[1] if resume else None, emergence.tracker)
@@ -211,20 +211,19 @@ def fit(cfg: RunConfig, run_dir: Path | str, progress: bool = True,
     if not trainer.is_global_zero:
         return None
     remove_resume_checkpoint(run_dir)
-    record = RunRecord.from_json(json.loads((run_dir / "result.json").read_text()))
-    if warmed is not None:
-        record.pretrain = warmed
-        write_json_atomic(run_dir / "result.json", record.to_json())
-    return Fitted(record, task, trainer.world_size)
+    return Fitted(recorder.record, task, trainer.world_size)
 
 
 class RunRecorder(Callback):
     """Times the run, keeps every logged metric at each evaluation (the curves) and, on rank 0,
-    writes result.json when training ends."""
+    writes result.json once when training ends (the warm-up's record, `warmed`, in it) and
+    keeps the record as `record`."""
 
     def __init__(self, cfg: RunConfig, task: SequenceTask, tracker: EmergenceTracker,
-                 run_dir: Path):
+                 run_dir: Path, warmed: dict[str, Any] | None = None):
         self.cfg, self.task, self.tracker, self.run_dir = cfg, task, tracker, run_dir
+        self.warmed = warmed
+        self.record: RunRecord | None = None
         self._t0 = time.perf_counter()
         self._before = 0.0  # seconds trained before a resume
         self.curves: dict[str, list[float]] = {"step": []}
@@ -259,7 +258,9 @@ class RunRecorder(Callback):
                     measured.update(callback.record_fields(self.tracker))
             record = summarise_run(self.cfg, self.task, pl_module, trainer, self.tracker, wall,
                                    self.curves, measured)
-            write_json_atomic(self.run_dir / "result.json", record.to_json())
+            record.pretrain = self.warmed
+            text = write_json_atomic(self.run_dir / "result.json", record.to_json())
+            self.record = RunRecord.from_json(json.loads(text))  # the record as written
 
 
 def summarise_run(
@@ -334,5 +335,8 @@ def kernel_path(module: nn.Module) -> str:
     return "+".join(sorted(paths)) or "torch"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")  # a NaN loss stays NaN
+def write_json_atomic(path: Path, data: Any) -> str:
+    """Write `data` as JSON to `path` atomically; returns the text written."""
+    text = json.dumps(data, indent=2, default=str) + "\n"  # a NaN loss stays NaN
+    write_atomic(path, text)
+    return text

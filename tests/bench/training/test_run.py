@@ -109,3 +109,28 @@ def test_mixers_without_attention_have_no_learned_pattern(tmp_path):
     cfg = load_run_config([*TINY, "arch.name=mlp_mixer", "train.max_steps=25"])
     result = train(cfg, tmp_path / "r", progress=False)
     assert result["learned_patterns"] == [] and "val/parent_mass" not in result["curves"]
+
+
+def test_result_json_is_written_once_unless_an_analysis_adds_to_it(tmp_path, monkeypatch):
+    import bench.measures.run as measures_run
+    import bench.training.run as training_run
+
+    writes = []
+    real = training_run.write_json_atomic
+
+    def counted(path, data):
+        writes.append(path.name)
+        return real(path, data)
+
+    monkeypatch.setattr(training_run, "write_json_atomic", counted)
+    monkeypatch.setattr(measures_run, "write_json_atomic", counted)
+    base = [*TINY, "train.max_steps=60", "train.eval_every=20"]
+    result = train(load_run_config(base), tmp_path / "plain", progress=False)
+    assert writes == ["result.json"]  # once, and what the run returns is what it wrote
+    assert json.loads((tmp_path / "plain" / "result.json").read_text()) == json.loads(
+        json.dumps(result, default=str))
+    writes.clear()
+    train(load_run_config([*base, "measure.keep_checkpoints=true"]), tmp_path / "kept",
+          progress=False)
+    assert writes == ["result.json", "result.json"]  # the kept checkpoints' sizes added
+    assert json.loads((tmp_path / "kept" / "result.json").read_text())["checkpoints"]
