@@ -211,7 +211,10 @@ def fit(cfg: RunConfig, run_dir: Path | str, progress: bool = True,
     if not trainer.is_global_zero:
         return None
     remove_resume_checkpoint(run_dir)
-    return Fitted(recorder.record, task, trainer.world_size)
+    # under ddp_spawn rank 0 trained in a spawned child, whose recorder wrote the file
+    record = recorder.record or RunRecord.from_json(json.loads((run_dir / "result.json")
+                                                               .read_text()))
+    return Fitted(record, task, trainer.world_size)
 
 
 class RunRecorder(Callback):
