@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from bench.sweeps.results import ResultsDB
@@ -17,6 +18,7 @@ SPEC = {**TINY, "name": "watched", "seeds": 4,
 LOAD = "import sys; from bench.api import load_results; load_results(sys.argv[1])"
 
 
+@pytest.mark.slow  # CI's slowest (104 s there): readers polled in a loop beside a live sweep
 def test_a_sweep_finishes_every_job_while_it_is_watched(tmp_path):
     spec = tmp_path / "watched.yaml"
     spec.write_text(yaml.safe_dump(SPEC, sort_keys=False))

@@ -131,6 +131,7 @@ def test_perf_bad_input_is_one_line(cli, tmp_path):
         assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow  # one of CI's slowest (43 s there): a spawned pool per executor setting
 def test_perf_measures_seeds_per_hour_per_executor_setting(cli, tmp_path):
     out = tmp_path / "perf"
     code, captured = cli("perf", "--arch", "arch.name=mlp_mixer arch.d_model=16 arch.n_layers=1",
