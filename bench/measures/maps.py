@@ -52,10 +52,11 @@ class MixingMapCallback(Callback):
         self.every = cadence(measure.influence_size, len(self.rows), train.eval_every,
                              train.batch_size, measure.influence_every, replaced)
         self.seconds = 0.0  # spent measuring (bench perf reads it)
+        self.paused = False  # skip the maps (bench perf times them at one evaluation only)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         n = self.measure.influence_size
-        if not n:
+        if not n or self.paused:
             return
         if (module.global_step // self.eval_every) % self.every:
             # not measured here (NaN in the curves, not the last value Lightning still holds)

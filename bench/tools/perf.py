@@ -21,13 +21,7 @@ clip. Warm-up steps are excluded. From the same stretches it reports:
 - peak memory: CUDA's peak allocation, or on CPU the process's peak resident set (sizes run in
   ascending order in one process per mixer, so it includes the torch runtime);
 - per mixer, the exponent of step time against sequence length (a log-log fit over the lengths);
-- with `--seeds-per-hour`, the figure a sweep is planned by: finished seeds of a quickstart-sized
-  job per hour, per executor setting (workers x threads on CPU; workers per GPU on CUDA). Each
-  setting runs `workers` concurrent processes that each train the quickstart job through the
-  runner (evaluation, screens and influence maps at the default cadence) for a fixed stretch of
-  steps; their summed steps/s over the slowest worker's training time, divided by the job's
-  budget (JOB_STEPS, the quickstart spec's: a censored seed's cost; an emerging seed stops
-  sooner, so this is the floor).
+- with `--seeds-per-hour`, the figure a sweep is planned by (bench.tools.seeds_per_hour).
 """
 
 from __future__ import annotations
@@ -50,6 +44,7 @@ from ..core.errors import ConfigError
 from ..training.bare_loop import BareLoop
 from ..training.config import load_run_config
 from ..training.sections import parse_overrides
+from .seeds_per_hour import JOB_STEPS, job_seeds_per_hour, seeds_markdown, seeds_per_hour
 
 # the mixers of leaderboards/mixers.yaml (~100K parameters each)
 DEFAULT_ARCHS = ["arch.name=transformer arch.n_heads=4 arch.head_dim=16",
@@ -57,7 +52,6 @@ DEFAULT_ARCHS = ["arch.name=transformer arch.n_heads=4 arch.head_dim=16",
                  "arch.name=gated_deltanet arch.n_heads=2 arch.head_dim=32",
                  "arch.name=rwkv arch.head_dim=16 arch.low_rank_dim=8"]
 QUICKSTART = {"name": "linear_map", "state_size": 12, "sparsity": 1, "n_states": 2}  # L = 23
-JOB_STEPS = 2000  # the quickstart spec's budget: one seed's cost at most
 
 
 @dataclass(frozen=True)
@@ -224,7 +218,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
             # the maps are measured once, at the screened evaluation (the step-0 and the whole
             # one would measure them again at the same cost, for no number the report uses)
             measured = not trainer.sanity_checking and not self.evals and map_s is None
-            maps.measure = measure if measured else quiet
+            maps.paused = not measured
             # analysis: the module's attention statistics and the maps callback's maps
             self.v0, self.a0 = time.perf_counter(), pl_module.analysis_s + maps.seconds
             self.i0, self.l0 = maps.seconds, pl_module.leak_s
@@ -247,7 +241,6 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
 
     every_k = maps.every  # the default cadence's (eval_every 50)
     maps.every = 1  # measured at the stretch's screened evaluation, counted 1/k
-    measure, quiet = maps.measure, dataclasses.replace(maps.measure, influence_size=0)
     timer = Timer()
     run_cfg = dataclasses.replace(
         cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
@@ -259,83 +252,10 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(run_cfg, Path(tmp), [maps, emergence, timer], progress=False)
         trainer.fit(module, datamodule=task)
-    maps.every, maps.measure = every_k, measure
+    maps.every, maps.paused = every_k, False
     (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
     # step time: the median gap between step ends (the gaps holding evaluations are outliers)
     return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak, timer.map_s
-
-
-# --- seeds per hour ----------------------------------------------------------------------------
-def settings(accelerator: str) -> list[tuple[int, int]]:
-    """(workers, threads each) to compare: on CPU one process with every core and one process
-    per core (and per pair of cores past 4); on CUDA 1, 2 and 4 workers per device."""
-    import os
-
-    cores = os.cpu_count() or 1
-    if accelerator == "gpu":
-        return [(w, max(cores // w, 1)) for w in (1, 2, 4)]
-    out = [(1, cores), (cores, 1)]
-    if cores >= 4:
-        out.append((cores // 2, 2))
-    return out
-
-
-def job_seeds_per_hour(row: dict[str, Any]) -> float:
-    """A row's estimate: JOB_STEPS-step jobs per hour in one process, training at its Lightning
-    step time with its screened evaluation's share of the wall time."""
-    return 3600 * row["lightning_steps_per_s"] * (1 - row["eval_share"]) / JOB_STEPS
-
-
-def seeds_per_hour(cfgs: list[Any], steps: int, accelerator: str) -> list[dict[str, Any]]:
-    """Per mixer (its quickstart config) and setting: finished quickstart seeds per hour."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    rows = []
-    ctx = mp.get_context("spawn")
-    for cfg in cfgs:
-        config = cfg.to_dict()
-        config["train"] |= {"max_steps": steps}
-        config["runtime"] |= {"checkpoint_every": 0, "accelerator": accelerator}
-        config["emergence"] |= {"stop_early": False}
-        for workers, threads in settings(accelerator):
-            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                walls = list(pool.map(_timed_job, [config] * workers, range(workers),
-                                      [threads] * workers))
-            rate = workers * steps / max(walls)  # steps/s of the whole machine
-            rows.append({"arch": cfg.arch.name, "workers": workers, "threads": threads,
-                         "steps_per_s": rate, "seeds_per_hour": rate * 3600 / JOB_STEPS})
-    return rows
-
-
-def _timed_job(config: dict[str, Any], index: int, threads: int) -> float:
-    """Train one job in this worker process; return its training wall time (the runner's)."""
-    import torch
-
-    from ..measures.run import train
-    from ..training.run import quiet_lightning
-
-    torch.set_num_threads(threads)
-    quiet_lightning()
-    with tempfile.TemporaryDirectory() as tmp:
-        result = train(load_run_config({**config, "seed": index}), Path(tmp), progress=False)
-    return result["wall_time_s"]
-
-
-def seeds_markdown(rows: list[dict[str, Any]], accelerator: str) -> list[str]:
-    """The seeds-per-hour table, each mixer's best setting in bold."""
-    best = {}
-    for r in rows:
-        if r["seeds_per_hour"] > best.get(r["arch"], 0):
-            best[r["arch"]] = r["seeds_per_hour"]
-    unit = "workers per GPU" if accelerator == "gpu" else "workers x threads"
-    return ["", f"Seeds per hour of a quickstart-sized job ({JOB_STEPS:,} steps, the quickstart "
-            "budget; an emerging seed stops sooner) by executor setting "
-            f"(`--executor processes`, {unit}):", "",
-            *markdown.table(["mixer", "setting", "steps/s (machine)", "seeds/hour"], [
-                [r["arch"], f"{r['workers']} x {r['threads']}", f"{r['steps_per_s']:.1f}",
-                 (f"**{r['seeds_per_hour']:.0f}**" if r["seeds_per_hour"] == best[r["arch"]]
-                  else f"{r['seeds_per_hour']:.0f}")] for r in rows])]
 
 
 # --- the report -------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_perf_writes_a_complete_report(cli, tmp_path):
     text = (out / "perf.md").read_text()
     assert "| mlp_mixer | quickstart | 23 | torch | no |" in text and "seeds/h (est.)" in text
     assert "leak check" in text
-    from bench.tools.perf import job_seeds_per_hour
+    from bench.tools.seeds_per_hour import job_seeds_per_hour
 
     r = rows[0]  # 2,000-step jobs at its step time, evaluation's share of the wall time added
     wall = 2000 / r["lightning_steps_per_s"] / (1 - r["eval_share"])
