@@ -17,8 +17,6 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from architectures import ArchConfig, ContractError, check_mixer, import_plugins
-from architectures import resolve as resolve_arch
 from datamodules import TaskConfig, build_task
 from datamodules.config import SCREEN_MIN_ROWS
 
@@ -273,9 +271,11 @@ class RunConfig:
 def _named_schema(raw: DictConfig, section: str, default: str, where: str = "") -> type:
     """The dataclass that `<section>.name` selects: a task, or an architecture or plug-in."""
     name = OmegaConf.select(raw, f"{section}.name", default=default)
-    if section == "arch":
+    if section == "arch":  # torch, with the mixers' modules: imported where an arch is read
+        from architectures import ContractError, resolve
+
         try:
-            return resolve_arch(str(name))
+            return resolve(str(name))
         except ContractError as e:
             raise ConfigError(f"arch.name: {e}") from None
     return task_schema(name, where)
@@ -345,23 +345,27 @@ def load_run_config(overrides: list[str] | dict[str, Any] | DictConfig = (),
     if not (OmegaConf.is_list(plugins) or isinstance(plugins, list)) or not all(
             isinstance(m, str) and m for m in plugins):
         raise ConfigError(f"plugins: must be a list of module names, got {plugins!r}")
-    try:
-        import_plugins(list(plugins))
-    except ContractError as e:
-        raise ConfigError(f"plugins: {e}") from None
+    if plugins:
+        from architectures import ContractError, import_plugins
+
+        try:
+            import_plugins(list(plugins))
+        except ContractError as e:
+            raise ConfigError(f"plugins: {e}") from None
     for section in ("task", "arch", "train", "emergence", "measure", "runtime", "trainer"):
         value = raw.get(section)
         if value is not None and not OmegaConf.is_dict(value):
             kind = "a list" if OmegaConf.is_list(value) else repr(value)
             raise ConfigError(f"{section}: must be a mapping of fields ({section}.FIELD=VALUE), "
                               f"got {kind}")
+    # the torch-free sections first: an error in them answers without importing torch
     task = _registered(raw, "task", "linear_map")
-    arch = _registered(raw, "arch", "transformer")
     train = build_section(TrainConfig, raw.get("train"), "train")
     emergence = build_section(EmergenceCriterion, raw.get("emergence"), "emergence")
     measure = build_section(MeasureConfig, raw.get("measure"), "measure")
     runtime = build_section(RuntimeConfig, raw.get("runtime"), "runtime")
     pretrain = _pretrain(raw.get("pretrain"))
+    arch = _registered(raw, "arch", "transformer")
     rest = {k: v for k, v in raw.items() if k in ("trainer", "seed", "plugins")}
     base = build_section(RunConfig, rest, "")
     check_trainer(base.trainer, hardware(runtime, only_set=True))
@@ -392,6 +396,8 @@ def hardware(runtime: RuntimeConfig, only_set: bool = False) -> dict[str, Any]:
 def check_contract(cfg: RunConfig, lengths: list[int] | tuple[int, ...]) -> None:
     """The mixer contract (architectures.plugins.check_mixer) of `cfg.arch` at each of
     `lengths` and the run's batch size; a mixer that breaks it is one ConfigError line."""
+    from architectures import ContractError, check_mixer
+
     try:
         for length in lengths:
             check_mixer(cfg.arch, length, (cfg.train.batch_size,))
@@ -439,7 +445,7 @@ def build_run_task(cfg: RunConfig) -> SequenceTask:
 
 
 __all__ = [
-    "ArchConfig", "ConfigError", "EmergenceCriterion", "MeasureConfig", "PretrainConfig",
+    "ConfigError", "EmergenceCriterion", "MeasureConfig", "PretrainConfig",
     "RunConfig", "RuntimeConfig", "TaskConfig", "TrainConfig",
     "load_run_config", "parse_overrides",
 ]

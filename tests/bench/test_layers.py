@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 LAYERS = ["core", "training", "measures", "sweeps", "analysis", "tools"]  # lowest first; cli on top
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -56,3 +58,16 @@ def test_a_bad_task_field_is_reported_before_torch_loads():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-2:] == ["exit 2", "[]"]
     assert out.stderr.strip() == "error: task.n_pairs: must be in 1..65536, got -1"
+
+
+@pytest.mark.parametrize("field", ["task.sparsity=0", "train.lr=-1", "measure.influence_size=-1",
+                                   "runtime.screen_size=-1", "emergence.consecutive=0"])
+def test_a_bad_run_field_outside_arch_is_reported_before_torch_loads(field):
+    """`bench run`: every section but arch (whose configs live beside the mixers' torch code)
+    is checked torch-free, so such a typo answers in a fraction of a second."""
+    code = ("import sys\nfrom bench.cli import main\nsys.argv = ['bench', 'run', " + repr(field)
+            + "]\ntry: main()\nexcept SystemExit as e: print('exit', e.code)\n"
+            "print(sorted(m for m in ('torch', 'lightning', 'fla') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-2:] == ["exit 2", "[]"], out.stderr
+    assert out.stderr.startswith(f"error: {field.split('=')[0]}: ")
