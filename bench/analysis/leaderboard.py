@@ -128,9 +128,21 @@ def _table(rows: list[dict[str, Any]], lr_column: bool) -> list[str]:
     return markdown.table([c.header for c in columns], cells)
 
 
+CAPTIONS = {"emergence": "fraction of seeds emerged vs step (95% band)",
+            "factors": "solve rate and median steps against the swept factors",
+            "dynamics": "one seed per row: held-out and training accuracy, attention on the "
+                        "parents",
+            "attention": "learned attention beside the ground-truth pattern",
+            "influence": "gradient and intervention maps before and at emergence beside "
+                         "the ground truth",
+            "circuits": "head classes and the final induction circuit over training"}
+
+
 def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
                 spec: dict[str, Any], tests: list[str], figures: tuple[str, ...],
                 tuning: list[dict[str, Any]] = ()) -> str:
+    """The board's leaderboard.md: claim, table, conventions, the notes on how its rows came to
+    be (`_provenance`), the tests, the analysis sections and the figures."""
     grid = len(every_lr) > len(rows)
     tuned = bool(tune_seeds(spec))
     if tuned:
@@ -142,6 +154,21 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     lines += [*_table(with_null_rows(rows), grid or tuned), "", CONVENTIONS]
     if any(r.get("leaked") for r in rows):
         lines += ["", f"**{LEAKED_NOTE}**"]
+    lines += _provenance(rows, every_lr, spec, tuning, grid, tuned)
+    lines += ["", *tests]
+    for section in (warmup_markdown(rows), mechanism_markdown(rows), circuits_markdown(rows)):
+        if section:
+            lines += [*([""] if lines[-1] else []), *section, ""]
+    lines += [f"![{CAPTIONS[f]}]({f}.png)" for f in figures] + [""]
+    return "\n".join(lines)
+
+
+def _provenance(rows: list[dict[str, Any]], every_lr: list[dict[str, Any]],
+                spec: dict[str, Any], tuning: list[dict[str, Any]], grid: bool,
+                tuned: bool) -> list[str]:
+    """The notes on how the rows came to be: refined steps, the learning-rate choice, seeds grown
+    after a look, runs reused from another board, flagged instances (each led by a blank line)."""
+    lines: list[str] = []
     emerged = [run for r in rows for run in r["runs"] if run.emerged]
     refined = sum(1 for run in emerged if run.refined_step)
     if refined:
@@ -177,20 +204,7 @@ def to_markdown(title: str, rows: list[dict[str, Any]], every_lr: list[dict[str,
     if flags:
         lines += ["", "Flagged instances (degenerate but kept):",
                   *[f"- {f}" for f in flags[:10]]]
-    lines += ["", *tests]
-    for section in (warmup_markdown(rows), mechanism_markdown(rows), circuits_markdown(rows)):
-        if section:
-            lines += [*([""] if lines[-1] else []), *section, ""]
-    captions = {"emergence": "fraction of seeds emerged vs step (95% band)",
-                "factors": "solve rate and median steps against the swept factors",
-                "dynamics": "one seed per row: held-out and training accuracy, attention on the "
-                            "parents",
-                "attention": "learned attention beside the ground-truth pattern",
-                "influence": "gradient and intervention maps before and at emergence beside "
-                             "the ground truth",
-                "circuits": "head classes and the final induction circuit over training"}
-    lines += [f"![{captions[f]}]({f}.png)" for f in figures] + [""]
-    return "\n".join(lines)
+    return lines
 
 
 def slope_markdown(rows: list[dict[str, Any]], axis: str) -> list[str]:

@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 from markdown_it import MarkdownIt
@@ -229,31 +230,38 @@ def build_site(root: Path | str = ".", out: Path | str = "site",
         title="emergence-bench leaderboards", body=body, boards=boards, here="index",
         cards=cards, card=None)))
     for b, card in zip(boards, cards):
-        parts = []
-        if b.verdict:
-            parts.append(render("**Verdict** (the README's row for this leaderboard):\n\n"
-                                + "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
-                                + "\n| " + " | ".join(b.verdict) + " |\n", root))
-        if card["figure"]:
-            parts.append(f'<img class="key" src="{card["figure"]}" alt="key figure">')
-        for name in b.files:
-            path = b.directory / name
-            if not path.is_file():
-                continue
-            parts.append("\n".join(
-                render(text, b.directory) if summary is None else
-                f"<details><summary>{summary}</summary>\n{render(text, b.directory)}</details>"
-                for text, summary in _collapsed(path.read_text())))
-        if b.files == REPORT_FILES or "leaderboard.md" not in b.files:
-            for cell in suite_cells(b.directory):  # a suite's cells, collapsed
-                table = cell / ("compare.md" if (cell / "compare.md").is_file()
-                                else "leaderboard.md")
-                parts.append(f"<details><summary>cell {cell.name}</summary>\n"
-                             f"{render(table.read_text(), cell)}</details>")
         written.append(write_atomic(out / f"{b.name}.html", template.render(
-            title=b.name, body='\n<hr>\n'.join(parts), boards=boards, here=b.name,
-            cards=[], card=card)))
+            title=b.name, body=_board_body(b, card, header, render, root), boards=boards,
+            here=b.name, cards=[], card=card)))
     return written
+
+
+def _board_body(b: Board, card: dict[str, Any], header: list[str], render: Renderer,
+                root: Path) -> str:
+    """A board's page: its README verdict row, its key figure, its files (long sections
+    collapsed) and, for a suite or a compare, each cell's table collapsed."""
+    parts = []
+    if b.verdict:
+        parts.append(render("**Verdict** (the README's row for this leaderboard):\n\n"
+                            + "| " + " | ".join(header) + " |\n|" + "---|" * len(header)
+                            + "\n| " + " | ".join(b.verdict) + " |\n", root))
+    if card["figure"]:
+        parts.append(f'<img class="key" src="{card["figure"]}" alt="key figure">')
+    for name in b.files:
+        path = b.directory / name
+        if not path.is_file():
+            continue
+        parts.append("\n".join(
+            render(text, b.directory) if summary is None else
+            f"<details><summary>{summary}</summary>\n{render(text, b.directory)}</details>"
+            for text, summary in _collapsed(path.read_text())))
+    if b.files == REPORT_FILES or "leaderboard.md" not in b.files:
+        for cell in suite_cells(b.directory):  # a suite's cells, collapsed
+            table = cell / ("compare.md" if (cell / "compare.md").is_file()
+                            else "leaderboard.md")
+            parts.append(f"<details><summary>cell {cell.name}</summary>\n"
+                         f"{render(table.read_text(), cell)}</details>")
+    return "\n<hr>\n".join(parts)
 
 
 def _environment() -> jinja2.Environment:

@@ -57,7 +57,46 @@ def _steps(group: dict[str, Any]) -> str:
     return ", ".join(shown) or "-"
 
 
+def _groups(rows: list, configs: list[dict[str, Any]],
+            labels: list[tuple[str, str]]) -> dict[tuple[str, str, float], dict[str, Any]]:
+    """The jobs per (task, architecture, lr) row: counts by status, emerged steps, censored
+    budgets and the row's config hash."""
+    groups: dict[tuple[str, str, float], dict[str, Any]] = {}
+    for r, config, (task, arch) in zip(rows, configs, labels):
+        g = groups.setdefault((task, arch, r["lr"]), {"jobs": 0, "done": 0, "emerged": 0,
+                                                      "running": 0, "failed": 0, "steps": [],
+                                                      "censored": [],
+                                                      "config": group_key(config)})
+        g["jobs"] += 1
+        g["done"] += r["status"] in FINISHED
+        g["emerged"] += r["status"] == "emerged"
+        g["running"] += r["status"] == "running"
+        g["failed"] += r["status"] == "failed"
+        if r["status"] == "emerged":
+            g["steps"].append(r["steps_to_emergence"])
+        elif r["status"] == "censored":
+            g["censored"].append(r["steps"])
+    return groups
+
+
+def _unfinished(rows: list, live: bool, now: float) -> list[str]:
+    """A line per running (or, with no sweep live, interrupted) job and per failed one."""
+    lines = []
+    for r in rows:
+        if r["status"] == "running":
+            what = "running" if live else "interrupted"
+            since = f" for {_duration(now - r['started_at'])}" if r["started_at"] else ""
+            lines.append(f"{what}: {r['id']} on {r['worker']}{since if live else ''}")
+        if r["status"] == "failed":
+            error = (r["error"] or "").strip().splitlines()
+            lines.append(f"failed: {r['id']} (attempt {r['attempts']}): "
+                         f"{error[-1] if error else '?'}")
+    return lines
+
+
 def sweep_status(out: Path) -> dict[str, Any]:
+    """What `bench status` reports on the sweep directory `out`: counts, liveness, elapsed time
+    and ETA, a table per row and a line per unfinished job (the text), with the jobs as data."""
     db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
     try:
         rows, counts = db.rows(), db.counts()
@@ -79,22 +118,7 @@ def sweep_status(out: Path) -> dict[str, Any]:
                default=started)
     elapsed = ((now if live else last) - started) if started else None
 
-    groups: dict[tuple[str, str, float], dict[str, Any]] = {}
-    for r, config, (task, arch) in zip(rows, configs, labels):
-        g = groups.setdefault((task, arch, r["lr"]), {"jobs": 0, "done": 0, "emerged": 0,
-                                                      "running": 0, "failed": 0, "steps": [],
-                                                      "censored": [],
-                                                      "config": group_key(config)})
-        g["jobs"] += 1
-        g["done"] += r["status"] in FINISHED
-        g["emerged"] += r["status"] == "emerged"
-        g["running"] += r["status"] == "running"
-        g["failed"] += r["status"] == "failed"
-        if r["status"] == "emerged":
-            g["steps"].append(r["steps_to_emergence"])
-        elif r["status"] == "censored":
-            g["censored"].append(r["steps"])
-
+    groups = _groups(rows, configs, labels)
     lines = [f"sweep {name}: {done}/{len(rows)} finished ("
              + ", ".join(f"{counts[s]} {s}" for s in FINISHED) + f"), {counts['failed']} failed, "
              + f"{counts['running']} running, {counts['pending']} pending"]
@@ -112,15 +136,7 @@ def sweep_status(out: Path) -> dict[str, Any]:
         [task, f"`{arch}`", f"{lr:g}", f"{g['done']}/{g['jobs']}", g["emerged"], _steps(g),
          g["running"], g["failed"], f"`{g['config']}`"]
         for (task, arch, lr), g in groups.items()])]
-    for r in rows:
-        if r["status"] == "running":
-            what = "running" if live else "interrupted"
-            since = f" for {_duration(now - r['started_at'])}" if r["started_at"] else ""
-            lines.append(f"{what}: {r['id']} on {r['worker']}{since if live else ''}")
-        if r["status"] == "failed":
-            error = (r["error"] or "").strip().splitlines()
-            lines.append(f"failed: {r['id']} (attempt {r['attempts']}): "
-                         f"{error[-1] if error else '?'}")
+    lines += _unfinished(rows, live, now)
     return {"name": name, "live": live, "counts": counts, "total": len(rows),
             "elapsed_s": elapsed, "eta_s": eta, "text": "\n".join(lines),
             "jobs": [{k: r[k] for k in ("id", "status", "task", "arch", "seed", "lr",

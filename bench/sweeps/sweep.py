@@ -54,12 +54,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
     jobs = kept(every)
     runner = resolve_executor(executor, workers, options)
     check_out_dir(out)
-    for flag, given in (("--tune-only", tune_only), ("--reuse-tuning", reuse_tuning)):
-        if given and not spec.tune:
-            raise ConfigError(f"{flag}: {spec.name} tunes no learning rate (no `tune:`), so it "
-                             "has no tuning runs")
-    for source in [*reuse, *reuse_tuning]:  # refused before anything is written
-        ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
+    _check_sources(spec, tune_only, [*reuse, *reuse_tuning], bool(reuse_tuning))
     if preflight:
         check_contracts([*tuning, *jobs])
         plan = make_plan([*tuning, *jobs], 1 if executor == "local" else workers,
@@ -80,14 +75,7 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
                       reuse=[*reuse, *reuse_tuning], expect=reuse_tuning)
             if tune_only:
                 return _counts(out)
-            db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
-            try:
-                ids = {job.job_id() for job in tuning}
-                rates = choose_rates([RunRecord.from_json(json.loads(r["result"]))
-                                      for r in db.rows()
-                                      if r["id"] in ids and r["status"] in FINISHED])
-            finally:
-                db.close()
+            rates = _tuned_rates(out, tuning)
             missing = {group_key(j.to_dict(), ("seed", "lr")) for j in jobs} - set(rates)
             if missing:  # a row whose every tuning job failed has no rate to report at
                 return _counts(out)
@@ -99,6 +87,29 @@ def run_sweep(spec: SweepSpec, out: Path, executor: str = "local", workers: int 
         run = None if keep is None else {j.job_id() for j in jobs}
         return _run_jobs(every, out, runner, workers, options, progress, meta, spec.name, run,
                          reuse)
+
+
+def _check_sources(spec: SweepSpec, tune_only: bool, sources: list[Path],
+                   reuse_tuning: bool) -> None:
+    """Refused before anything is written: a tuning flag on a spec that tunes nothing, and a
+    reused directory with no results database."""
+    for flag, given in (("--tune-only", tune_only), ("--reuse-tuning", reuse_tuning)):
+        if given and not spec.tune:
+            raise ConfigError(f"{flag}: {spec.name} tunes no learning rate (no `tune:`), so it "
+                             "has no tuning runs")
+    for source in sources:
+        ResultsDB(Path(source) / ResultsDB.FILENAME, read_only=True).close()
+
+
+def _tuned_rates(out: Path, tuning: list[RunConfig]) -> dict[str, float]:
+    """Each row's learning rate, chosen from its finished tuning runs in `out`."""
+    db = ResultsDB(out / ResultsDB.FILENAME, read_only=True)
+    try:
+        ids = {job.job_id() for job in tuning}
+        return choose_rates([RunRecord.from_json(json.loads(r["result"])) for r in db.rows()
+                             if r["id"] in ids and r["status"] in FINISHED])
+    finally:
+        db.close()
 
 
 def _print_checkpoint_cost(jobs: list[RunConfig], out: Path) -> None:

@@ -189,11 +189,35 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
     not measured again: that figure stands in for them."""
     import dataclasses
 
-    from lightning.pytorch.callbacks import Callback
-
     from ..training.run import build_trainer, emergence_callback
 
     every = max((warmup + steps) // 3, 1)  # evaluations at a third and two thirds
+    every_k = maps.every  # the default cadence's (eval_every 50)
+    maps.every = 1  # measured at the stretch's screened evaluation, counted 1/k
+    timer = _stretch_timer(maps, warmup, steps, accelerator, every_k, map_s)
+    run_cfg = dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
+                                       eval_every=every),
+        runtime=dataclasses.replace(cfg.runtime, accelerator=accelerator),
+        trainer={"log_every_n_steps": cfg.train.eval_every})
+    emergence = emergence_callback(cfg, task)
+    emergence.tracker.criterion = dataclasses.replace(cfg.emergence, stop_early=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(run_cfg, Path(tmp), [maps, emergence, timer], progress=False)
+        trainer.fit(module, datamodule=task)
+    maps.every, maps.paused = every_k, False
+    (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
+    # step time: the median gap between step ends (the gaps holding evaluations are outliers)
+    return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak, timer.map_s
+
+
+def _stretch_timer(maps, warmup: int, steps: int, accelerator: str, every_k: int,
+                   map_s: float | None):
+    """The Callback that times `lightning_stretch`: step ends after the warm-up, and per
+    evaluation its seconds, its analysis seconds and its leak-check seconds, the maps counted
+    1/every_k (they come every k-th evaluation); it stops training after warmup + steps. Built
+    here so that Lightning is imported only when perf runs."""
+    from lightning.pytorch.callbacks import Callback
 
     class Timer(Callback):
         def __init__(self):
@@ -239,23 +263,7 @@ def lightning_stretch(cfg, module, maps, task, warmup: int, steps: int, accelera
                                    pl_module.analysis_s + maps.seconds - self.a0 + share,
                                    pl_module.leak_s - self.l0))
 
-    every_k = maps.every  # the default cadence's (eval_every 50)
-    maps.every = 1  # measured at the stretch's screened evaluation, counted 1/k
-    timer = Timer()
-    run_cfg = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, max_steps=10 * (warmup + steps),
-                                       eval_every=every),
-        runtime=dataclasses.replace(cfg.runtime, accelerator=accelerator),
-        trainer={"log_every_n_steps": cfg.train.eval_every})
-    emergence = emergence_callback(cfg, task)
-    emergence.tracker.criterion = dataclasses.replace(cfg.emergence, stop_early=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(run_cfg, Path(tmp), [maps, emergence, timer], progress=False)
-        trainer.fit(module, datamodule=task)
-    maps.every, maps.paused = every_k, False
-    (screened, analysis, _), (whole, _, leak) = timer.evals[0], timer.evals[1]
-    # step time: the median gap between step ends (the gaps holding evaluations are outliers)
-    return statistics.median(np.diff(timer.ends)), screened, whole, analysis, leak, timer.map_s
+    return Timer()
 
 
 # --- the report -------------------------------------------------------------------------------
