@@ -10,7 +10,8 @@ completes:
   several runs share a device when N exceeds the device count. On CPU each worker gets
   #cores / N threads.
 - `slurm`: a submitit job array on a Slurm cluster (`cluster=local` runs the array as local
-  processes, for testing); the sweep directory must be on a filesystem the nodes share.
+  processes, for testing, each with #cores / N threads as above); the sweep directory must be
+  on a filesystem the nodes share.
 - `ray`: Ray tasks on the cluster at `address` (or `RAY_ADDRESS`), else on a local Ray instance.
 
 Options reach an executor as `-O key=value` on the command line.
@@ -158,7 +159,12 @@ def _die_with_parent() -> None:
 
 def run_slurm(configs, out, workers, options) -> Iterator[Summary]:
     executor = _slurm_executor(out / "slurm", workers, options)
-    jobs = executor.map_array(execute, configs, [str(out)] * len(configs))
+    # a local array shares this machine's cores as the processes executor's workers do (on a
+    # cluster each task has its own allocation, whose cores torch sees)
+    threads = (placement(0, workers, [], os.cpu_count() or 1)[1]
+               if options.get("cluster") == "local" else 0)
+    jobs = executor.map_array(_execute_with_threads, configs, [str(out)] * len(configs),
+                              [threads] * len(configs))
     pending = dict(zip(jobs, configs))
     while pending:
         for job in [j for j in pending if j.done()]:
@@ -169,6 +175,15 @@ def run_slurm(configs, out, workers, options) -> Iterator[Summary]:
                 yield _record_lost(config, out, f"slurm job {job.job_id}: {_last_line(e)}")
         if pending:
             time.sleep(0.5)
+
+
+def _execute_with_threads(config: dict[str, Any], out: str, threads: int) -> Summary:
+    """`execute` on `threads` CPU threads (0: torch's default for this process)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return execute(config, out)
 
 
 def _slurm_executor(folder: Path, workers: int, options: dict[str, Any]):
