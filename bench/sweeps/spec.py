@@ -310,6 +310,12 @@ def check_tests(tests: list[Any]) -> None:
                              "pretrain.FIELD")
 
 
+_CHECKED: set[tuple] = set()
+"""the task checks that passed in this process (each a pure function of its key): a board that is
+expanded again (`bench compare` expands the committed board, then the merged one) builds each of
+its task instances once"""
+
+
 def check_tasks(jobs: list[RunConfig]) -> None:
     """Estimate each job's memory (one per task, architecture and training config: on the
     machine that sweeps, where the device is unknown here nothing is compared), build each job's
@@ -325,22 +331,25 @@ def check_tasks(jobs: list[RunConfig]) -> None:
         if key not in sized:
             sized.add(key)
             check_memory(job)
-    seen = set()
+    seen = set(_CHECKED)
     for job in jobs:
         key = (repr(job.task), job.seed if job.task.task_seed == "per_seed" else None,
                repr(job.emergence), job.train.eval_size)
         if key not in seen:
-            seen.add(key)
             build_run_task(job)
+            seen.add(key)
+            _CHECKED.add(key)
         if job.pretrain is not None:  # its instance (per seed), then its transfer set
             instance = ("pretrain", repr(job.pretrain.task), job.seed, repr(job.train))
             transfer = ("transfer", repr(job.pretrain), repr(job.arch), repr(job.task))
             if instance not in seen:
-                seen.add(instance)
                 pretrain_task(job)
+                seen.add(instance)
+                _CHECKED.add(instance)
             if transfer not in seen:
-                seen.add(transfer)
                 check_pretrain(job, instance=False)
+                seen.add(transfer)
+                _CHECKED.add(transfer)
 
 
 def check_contracts(jobs: list[RunConfig]) -> None:

@@ -116,6 +116,7 @@ def test_tuning_seeds_are_disjoint_and_rates_come_from_the_grid(spec_file):
         load_spec(spec_file(train=train, tune={"lr": [0.003, float("nan")], "seeds": 2}))
 
 
+@pytest.mark.slow
 def test_a_tuned_sweep_reports_only_its_seeds_at_each_rows_chosen_rate(spec_file, cli):
     train = {"max_steps": 300, "eval_every": 20, "eval_size": 128, "batch_size": 32,
              "warmup_steps": 20}

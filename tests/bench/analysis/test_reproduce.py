@@ -148,6 +148,7 @@ def test_a_row_of_a_tuned_spec_is_chosen_by_its_hash_at_any_rate(tmp_path):
             row_filter(spec, [bad])
 
 
+@pytest.mark.slow
 def test_reproducing_one_row_of_a_tuned_leaderboard(cli, tmp_path):
     """--row on a tuned spec tunes and reruns that row only (the others have no rate)."""
     from bench.core.rows import group_key

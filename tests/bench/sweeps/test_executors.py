@@ -92,6 +92,7 @@ def test_workers_spread_over_the_gpus_several_per_device_and_share_the_cores():
     assert placement(0, 3, [], 2) == (None, 1)  # CPU only: at least one thread each
 
 
+@pytest.mark.slow
 def test_slurm_executor_runs_a_job_array_through_submitit(spec_file, cli, tmp_path):
     path = spec_file(archs=ONE_ARCH)
     local, out = tmp_path / "local", tmp_path / "slurm"
