@@ -92,6 +92,29 @@ def test_workers_spread_over_the_gpus_several_per_device_and_share_the_cores():
     assert placement(0, 3, [], 2) == (None, 1)  # CPU only: at least one thread each
 
 
+@pytest.mark.parametrize("cluster, threads", [("local", 4), ("slurm", 0)])
+def test_a_local_slurm_array_shares_the_cores_and_a_cluster_task_keeps_its_own(
+        monkeypatch, tmp_path, cluster, threads):
+    """Array tasks on this machine get #cores / workers threads, as the processes executor's
+    workers (else two tasks at torch's default oversubscribe the cores and run at another thread
+    count than a processes sweep); on a cluster the task's own allocation decides (0)."""
+    from bench.sweeps import executors
+
+    submitted = {}
+
+    class Array:  # submitit's executor: records what would be submitted, runs nothing
+        def map_array(self, fn, *columns):
+            submitted.update(fn=fn, columns=columns)
+            return []
+
+    monkeypatch.setattr(executors, "_slurm_executor", lambda *args: Array())
+    monkeypatch.setattr(executors.os, "cpu_count", lambda: 8)
+    assert list(executors.run_slurm([{"a": 1}, {"a": 2}], tmp_path, 2,
+                                    {"cluster": cluster})) == []
+    assert submitted["fn"] is executors._execute_with_threads
+    assert submitted["columns"][2] == [threads, threads]
+
+
 @pytest.mark.slow
 def test_slurm_executor_runs_a_job_array_through_submitit(spec_file, cli, tmp_path):
     path = spec_file(archs=ONE_ARCH)
