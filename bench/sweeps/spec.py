@@ -331,24 +331,20 @@ def check_tasks(jobs: list[RunConfig]) -> None:
         if key not in sized:
             sized.add(key)
             check_memory(job)
-    seen = set(_CHECKED)
     for job in jobs:
         key = (repr(job.task), job.seed if job.task.task_seed == "per_seed" else None,
                repr(job.emergence), job.train.eval_size)
-        if key not in seen:
+        if key not in _CHECKED:
             build_run_task(job)
-            seen.add(key)
             _CHECKED.add(key)
         if job.pretrain is not None:  # its instance (per seed), then its transfer set
             instance = ("pretrain", repr(job.pretrain.task), job.seed, repr(job.train))
             transfer = ("transfer", repr(job.pretrain), repr(job.arch), repr(job.task))
-            if instance not in seen:
+            if instance not in _CHECKED:
                 pretrain_task(job)
-                seen.add(instance)
                 _CHECKED.add(instance)
-            if transfer not in seen:
+            if transfer not in _CHECKED:
                 check_pretrain(job, instance=False)
-                seen.add(transfer)
                 _CHECKED.add(transfer)
 
 
